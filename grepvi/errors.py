@@ -1,0 +1,28 @@
+"""Exceptions raised by grepvi.
+
+Every error a user can cause by what they pass in (a file, an array, an option) is a
+:class:`GrepviError`, so the command line can print its message without a traceback. The
+message names the argument, what was expected and what was found.
+"""
+
+__all__ = ["GrepviError", "DataError", "ConfigError", "ModelError", "NumericalError"]
+
+
+class GrepviError(Exception):
+    """Base class for errors caused by user input; the CLI prints these without a traceback."""
+
+
+class DataError(GrepviError, ValueError):
+    """A data file or array is missing, malformed, or has values the model cannot take."""
+
+
+class ConfigError(GrepviError, ValueError):
+    """An option, name, or run configuration is invalid or inconsistent."""
+
+
+class ModelError(GrepviError, ValueError):
+    """A model and its variational families do not fit together (shapes, support, finiteness)."""
+
+
+class NumericalError(GrepviError, FloatingPointError):
+    """A non-finite value would reach the variational parameters."""
