@@ -1,0 +1,52 @@
+"""grepvi: variational inference with generalized reparameterization gradients on JAX.
+
+Ruiz, Titsias & Blei (2016). The Generalized Reparameterization Gradient. NeurIPS.
+"""
+
+from grepvi import errors
+from grepvi.errors import ConfigError, DataError, GrepviError, ModelError, NumericalError
+from grepvi.estimators import (
+    EstimateInfo,
+    Estimator,
+    Target,
+    estimator_names,
+    get_estimator,
+    register_estimator,
+)
+from grepvi.families import Beta, Dirichlet, Family, Gamma, LogNormal, Normal, Posterior
+from grepvi.inference import FitResult, StepInfo, Trace, VIState, fit, init, make_target, step
+from grepvi.optim import advi_stepsize, scale_by_advi_stepsize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "errors",
+    "GrepviError",
+    "ConfigError",
+    "DataError",
+    "ModelError",
+    "NumericalError",
+    "Family",
+    "Posterior",
+    "Gamma",
+    "LogNormal",
+    "Beta",
+    "Dirichlet",
+    "Normal",
+    "Target",
+    "Estimator",
+    "EstimateInfo",
+    "estimator_names",
+    "get_estimator",
+    "register_estimator",
+    "VIState",
+    "StepInfo",
+    "Trace",
+    "FitResult",
+    "init",
+    "step",
+    "fit",
+    "make_target",
+    "advi_stepsize",
+    "scale_by_advi_stepsize",
+]

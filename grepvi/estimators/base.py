@@ -1,0 +1,146 @@
+"""What every gradient estimator shares: the target, the estimator record, a registry.
+
+An estimator is a pure function ``estimate(rng_key, params, target) -> (grad, info)`` that
+returns an estimate of the gradient of the ELBO with respect to the unconstrained
+variational parameters (a pytree like ``params``) and an :class:`EstimateInfo`. Estimators
+that use a different variational family than the user's (ADVI's Gaussians on the
+unconstrained space) say so with ``adapt_families``.
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from grepvi.errors import ConfigError
+from grepvi.families.base import Family
+
+__all__ = [
+    "Target",
+    "EstimateInfo",
+    "Estimator",
+    "register_estimator",
+    "get_estimator",
+    "estimator_names",
+    "local_log_joints",
+    "sample_standardized",
+    "transform_all",
+    "total_entropy",
+]
+
+
+class Target(NamedTuple):
+    """What the estimators differentiate.
+
+    Attributes:
+      logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays (data bound).
+      families: the variational family of each latent, keyed like the dict.
+      local_logdensity_fn: optional; maps the latent dict to a dict of per-element local log
+        joints (each latent's Markov blanket, batch shape of its family). Without it every
+        element uses the whole log joint, which is unbiased but noisier.
+    """
+
+    logdensity_fn: Callable[[dict], jax.Array]
+    families: dict[str, Family]
+    local_logdensity_fn: Callable[[dict], dict] | None = None
+
+
+class EstimateInfo(NamedTuple):
+    """Per-call diagnostics: the ELBO estimate from the same draws, and extras."""
+
+    elbo: jax.Array
+    extras: dict = {}
+
+
+class Estimator(NamedTuple):
+    """A named gradient estimator.
+
+    Attributes:
+      name: registry name.
+      estimate: ``(rng_key, params, target) -> (grad, EstimateInfo)``; ``grad`` ascends the ELBO.
+      adapt_families: maps the user's families to the ones this estimator optimizes.
+      options: the keyword options it was built with (for logs and config files).
+    """
+
+    name: str
+    estimate: Callable[[Any, dict, Target], tuple[dict, EstimateInfo]]
+    adapt_families: Callable[[dict[str, Family]], dict[str, Family]] = lambda families: families
+    options: dict = {}
+
+
+_REGISTRY: dict[str, Callable[..., Estimator]] = {}
+
+
+def register_estimator(name: str, factory: Callable[..., Estimator] | None = None):
+    """Registers ``factory(**options) -> Estimator`` under ``name`` (usable as a decorator)."""
+
+    def decorator(function):
+        _REGISTRY[name] = function
+        return function
+
+    return decorator if factory is None else decorator(factory)
+
+
+def estimator_names() -> tuple[str, ...]:
+    _load_builtin()
+    return tuple(sorted(_REGISTRY))
+
+
+def get_estimator(name_or_estimator, **options) -> Estimator:
+    """The estimator registered as ``name`` built with ``options`` (or an Estimator as is)."""
+    if isinstance(name_or_estimator, Estimator):
+        return name_or_estimator
+    _load_builtin()
+    if name_or_estimator not in _REGISTRY:
+        raise ConfigError(
+            f"estimator: unknown name {name_or_estimator!r}; expected one of {estimator_names()}"
+        )
+    try:
+        return _REGISTRY[name_or_estimator](**options)
+    except TypeError as error:
+        raise ConfigError(
+            f"estimator {name_or_estimator!r}: bad options {options}: {error}"
+        ) from error
+
+
+def _load_builtin():
+    # Importing the package registers the built-in estimators.
+    import grepvi.estimators  # noqa: F401
+
+
+# --- helpers shared by estimators ---------------------------------------------------------
+
+
+def sample_standardized(rng_key, params, families, sample_shape=()):
+    """One standardized draw ``eps = T^{-1}(z; v)`` per latent, no gradient."""
+    keys = jax.random.split(rng_key, len(families))
+    return {
+        name: family.sample_standardized(params[name], key, sample_shape)
+        for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
+    }
+
+
+def transform_all(params, eps, families):
+    """``z = T(eps; v)`` for every latent."""
+    return {name: family.transform(params[name], eps[name]) for name, family in families.items()}
+
+
+def total_entropy(params, families):
+    """Sum of the analytic entropies of all latents."""
+    return sum(jnp.sum(family.entropy(params[name])) for name, family in families.items())
+
+
+def local_log_joints(target: Target, latents: dict) -> dict:
+    """Per-element local log joint ``f_i(z)`` of every latent (batch shape of its family).
+
+    Uses ``target.local_logdensity_fn`` when given; otherwise broadcasts the whole log joint
+    (the plain, unbiased fallback).
+    """
+    if target.local_logdensity_fn is not None:
+        return target.local_logdensity_fn(latents)
+    total = target.logdensity_fn(latents)
+    return {
+        name: jnp.broadcast_to(total, family.batch_shape)
+        for name, family in target.families.items()
+    }

@@ -1,0 +1,157 @@
+"""The interface every variational family implements.
+
+A family is static code (a frozen dataclass: its latent shape and options); its variational
+parameters are a plain dict of *unconstrained* arrays, a pytree that optax and ``jax.jit``
+handle directly. Every method is a pure function of those parameters.
+
+The G-REP pieces (Ruiz, Titsias & Blei 2016, Section 3) are
+
+* ``standardize(params, z)``: the standardization ``eps = T^{-1}(z; v)``;
+* ``transform(params, eps)``: its inverse ``z = T(eps; v)``, differentiable in ``v``;
+* ``log_abs_det_jacobian(params, eps)``: ``log |det d T / d eps|`` (paper Eq. 3);
+* ``log_prob_standardized(params, eps)``: ``log q_eps(eps; v) = log q(T(eps; v); v) + log J``.
+
+Families draw the standardized variable directly (``sample_standardized``) so that a gamma
+draw never passes through an underflowing ``z``: ``eps`` comes from ``log z``.
+"""
+
+import abc
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Family", "Posterior"]
+
+Params = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Family(abc.ABC):
+    """A mean-field family over a latent array of ``shape``.
+
+    ``shape`` is the full shape of the latent array; for a family with ``event_ndim = 1``
+    (Dirichlet) its last axis is the event axis. Per-element quantities (``log_prob``,
+    ``entropy``, ``log_prob_standardized``) have the *batch* shape ``shape[:ndim-event_ndim]``.
+    """
+
+    shape: tuple[int, ...] = ()
+
+    event_ndim = 0
+    support = "real"
+
+    def __post_init__(self):
+        shape = self.shape
+        if isinstance(shape, int):
+            shape = (shape,)
+        try:
+            shape = tuple(int(s) for s in shape)
+        except TypeError as error:
+            raise TypeError(
+                f"{type(self).__name__}: shape must be a tuple of ints, got {self.shape!r}"
+            ) from error
+        if any(s <= 0 for s in shape):
+            raise ValueError(f"{type(self).__name__}: shape must be positive, got {shape}")
+        object.__setattr__(self, "shape", shape)
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return self.shape[: len(self.shape) - self.event_ndim]
+
+    # --- parameters -------------------------------------------------------------------
+    @abc.abstractmethod
+    def init_params(self, rng_key=None, dtype=jnp.float32) -> Params:
+        """Unconstrained variational parameters for a latent of ``self.shape``."""
+
+    @abc.abstractmethod
+    def natural_params(self, params: Params) -> dict[str, jax.Array]:
+        """The constrained parameters (e.g. ``{"concentration": a, "rate": b}``)."""
+
+    # --- distribution -----------------------------------------------------------------
+    @abc.abstractmethod
+    def sample_standardized(self, params: Params, rng_key, sample_shape=()) -> jax.Array:
+        """``eps = T^{-1}(z; v)`` for ``z ~ q(z; v)``; no gradient flows through it."""
+
+    def sample(self, params: Params, rng_key, sample_shape=()) -> jax.Array:
+        """Draws ``z ~ q(z; v)`` with shape ``sample_shape + self.shape``."""
+        eps = self.sample_standardized(params, rng_key, sample_shape)
+        return jax.lax.stop_gradient(self.transform(params, eps))
+
+    @abc.abstractmethod
+    def log_prob(self, params: Params, z) -> jax.Array:
+        """``log q(z; v)`` per element (batch shape)."""
+
+    @abc.abstractmethod
+    def entropy(self, params: Params) -> jax.Array:
+        """Analytic entropy per element (batch shape)."""
+
+    @abc.abstractmethod
+    def mean(self, params: Params) -> jax.Array: ...
+
+    @abc.abstractmethod
+    def variance(self, params: Params) -> jax.Array: ...
+
+    # --- standardization (paper Section 3) --------------------------------------------
+    @abc.abstractmethod
+    def standardize(self, params: Params, z) -> jax.Array:
+        """``eps = T^{-1}(z; v)``."""
+
+    @abc.abstractmethod
+    def transform(self, params: Params, eps) -> jax.Array:
+        """``z = T(eps; v)``, differentiable in ``v``."""
+
+    @abc.abstractmethod
+    def log_abs_det_jacobian(self, params: Params, eps) -> jax.Array:
+        """``log J(eps, v) = log |det d T(eps; v) / d eps|`` per element (batch shape)."""
+
+    def log_prob_standardized(self, params: Params, eps) -> jax.Array:
+        """``log q_eps(eps; v) = log q(T(eps; v); v) + log J(eps, v)`` (paper Eq. 3)."""
+        return self.log_prob(params, self.transform(params, eps)) + self.log_abs_det_jacobian(
+            params, eps
+        )
+
+    # --- helpers ----------------------------------------------------------------------
+    def bind(self, params: Params) -> "Posterior":
+        return Posterior(self, params)
+
+    def _check_params(self, params: Params, names) -> None:
+        missing = [name for name in names if name not in params]
+        if missing:
+            raise KeyError(
+                f"{type(self).__name__}: parameters {missing} missing from {list(params)}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Posterior:
+    """A family bound to fitted parameters: ``mean()``, ``variance()``, ``sample(key, n)``."""
+
+    family: Family
+    params: Any
+
+    def mean(self):
+        return self.family.mean(self.params)
+
+    def variance(self):
+        return self.family.variance(self.params)
+
+    def sample(self, rng_key, num_samples: int | None = None):
+        sample_shape = () if num_samples is None else (int(num_samples),)
+        return self.family.sample(self.params, rng_key, sample_shape)
+
+    def log_prob(self, z):
+        return self.family.log_prob(self.params, z)
+
+    def entropy(self):
+        return self.family.entropy(self.params)
+
+    def natural_params(self):
+        return self.family.natural_params(self.params)
+
+    def __repr__(self):
+        return f"Posterior({type(self.family).__name__}, shape={self.family.shape})"
+
+
+def _broadcast_init(value, shape, dtype):
+    return jnp.full(shape, value, dtype=dtype)

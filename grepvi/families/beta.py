@@ -1,0 +1,201 @@
+"""Beta variational family with the G-REP standardization of ``logit z``.
+
+``q(z; alpha, beta) = z^(alpha-1) (1-z)^(beta-1) / B(alpha, beta)``, optimized in
+``(alpha, beta)`` through softplus, as in the paper.
+
+Standardization (Ruiz, Titsias & Blei 2016, Section 3.1 and supplement C)::
+
+    eps = T^{-1}(z) = (logit z - psi(alpha) + psi(beta)) / sigma(alpha, beta)
+    z   = T(eps)    = sigmoid(eps sigma + psi(alpha) - psi(beta))
+    log J           = log z + log(1 - z) + log sigma
+
+Two choices of ``sigma``:
+
+* ``standardization="logit"``: ``sigma = sqrt(psi_1(alpha) + psi_1(beta))``, the standard
+  deviation of ``logit z``, so ``eps`` has mean 0 and variance 1. G-REP is then *unbiased*.
+* ``standardization="zero-correction"``: the paper's choice for its large experiments.
+  ``sigma = exp(phi)`` with ``d phi / d alpha`` and ``d phi / d beta`` set, for the drawn
+  ``z``, so that ``g_corr = 0`` (supplement C). With ``A = alpha - (alpha + beta) z`` and
+  ``w = eps sigma = logit z - psi(alpha) + psi(beta)``::
+
+      d phi/d alpha = -(A psi_1(alpha) + psi(alpha+beta) - psi(alpha) + log z) / (A w + 1)
+      d phi/d beta  = -(-A psi_1(beta) + psi(alpha+beta) - psi(beta) + log(1-z)) / (A w + 1)
+
+  The gradient is then ``g_rep`` alone. It is *biased* (the paper's footnote: the dependence
+  of ``sigma`` on ``z`` is ignored); ``tests/test_estimators_unbiased.py`` measures the bias.
+  Here ``eps`` is stored as ``w`` (``sigma`` never needs a value), and ``|A w + 1|`` is kept
+  above ``1e-3`` to avoid division by values near zero.
+
+Draws are made through two log-gamma variates, ``logit z = log g_1 - log g_2``, so tiny
+``alpha`` or ``beta`` never produce ``z = 0`` or ``1`` before the final clamp.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import betaln
+
+from grepvi import _math
+from grepvi.families.base import Family
+
+__all__ = ["Beta"]
+
+_STANDARDIZATIONS = ("logit", "zero-correction")
+
+
+def _clamped_sigmoid(logit):
+    dtype = jnp.result_type(logit)
+    finfo = jnp.finfo(dtype)
+    return jnp.clip(jax.nn.sigmoid(logit), finfo.tiny, 1.0 - finfo.epsneg)
+
+
+@dataclasses.dataclass(frozen=True)
+class Beta(Family):
+    """Mean-field beta family; parameters ``{"concentration1", "concentration0"}``.
+
+    ``concentration1`` is ``alpha`` (the exponent of ``z``), ``concentration0`` is ``beta``;
+    both are stored unconstrained (softplus inverse).
+    """
+
+    init_concentration1: float = 1.0
+    init_concentration0: float = 1.0
+    init_noise: float = 0.0
+    standardization: str = "logit"
+
+    support = "unit_interval"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.standardization not in _STANDARDIZATIONS:
+            raise ValueError(
+                f"Beta: standardization must be one of {_STANDARDIZATIONS}, "
+                f"got {self.standardization!r}"
+            )
+
+    def init_params(self, rng_key=None, dtype=jnp.float32):
+        a = jnp.full(self.shape, self.init_concentration1, dtype)
+        b = jnp.full(self.shape, self.init_concentration0, dtype)
+        if rng_key is not None and self.init_noise > 0:
+            key_a, key_b = jax.random.split(rng_key)
+            a = a * jnp.exp(self.init_noise * jax.random.normal(key_a, self.shape, dtype))
+            b = b * jnp.exp(self.init_noise * jax.random.normal(key_b, self.shape, dtype))
+        return {
+            "concentration1": _math.inverse_softplus(a),
+            "concentration0": _math.inverse_softplus(b),
+        }
+
+    def natural_params(self, params):
+        return {
+            "concentration1": _math.softplus(params["concentration1"]),
+            "concentration0": _math.softplus(params["concentration0"]),
+        }
+
+    def _ab(self, params):
+        return _math.softplus(params["concentration1"]), _math.softplus(params["concentration0"])
+
+    def _sigma(self, a, b):
+        return jnp.sqrt(_math.trigamma(a) + _math.trigamma(b))
+
+    def sample_logit(self, params, rng_key, sample_shape=()):
+        """``logit z`` for ``z ~ q``, from two log-gamma draws."""
+        from grepvi.sampling import log_gamma
+
+        a, b = jax.lax.stop_gradient(self._ab(params))
+        key_a, key_b = jax.random.split(rng_key)
+        return log_gamma(key_a, a, sample_shape) - log_gamma(key_b, b, sample_shape)
+
+    def sample_standardized(self, params, rng_key, sample_shape=()):
+        a, b = jax.lax.stop_gradient(self._ab(params))
+        centred = self.sample_logit(params, rng_key, sample_shape) - (
+            _math.digamma(a) - _math.digamma(b)
+        )
+        if self.standardization == "zero-correction":
+            return jax.lax.stop_gradient(centred)
+        return jax.lax.stop_gradient(centred / self._sigma(a, b))
+
+    def log_prob(self, params, z):
+        a, b = self._ab(params)
+        return (a - 1.0) * jnp.log(z) + (b - 1.0) * jnp.log1p(-z) - betaln(a, b)
+
+    def entropy(self, params):
+        a, b = self._ab(params)
+        return (
+            betaln(a, b)
+            - (a - 1.0) * _math.digamma(a)
+            - (b - 1.0) * _math.digamma(b)
+            + (a + b - 2.0) * _math.digamma(a + b)
+        )
+
+    def mean(self, params):
+        a, b = self._ab(params)
+        return a / (a + b)
+
+    def variance(self, params):
+        a, b = self._ab(params)
+        total = a + b
+        return a * b / (total**2 * (total + 1.0))
+
+    def standardize(self, params, z):
+        a, b = self._ab(params)
+        centred = jnp.log(z) - jnp.log1p(-z) - _math.digamma(a) + _math.digamma(b)
+        if self.standardization == "zero-correction":
+            return centred
+        return centred / self._sigma(a, b)
+
+    def logit_transform(self, params, eps):
+        """``logit T(eps; v)``; for the zero-correction variant its derivative in ``v`` is
+        ``psi_1(alpha) + w dphi/dalpha`` (and likewise for beta), supplement C."""
+        a, b = self._ab(params)
+        location = _math.digamma(a) - _math.digamma(b)
+        if self.standardization == "logit":
+            return eps * self._sigma(a, b) + location
+        w = jax.lax.stop_gradient(eps)
+        a_value, b_value = jax.lax.stop_gradient((a, b))
+        logit = w + jax.lax.stop_gradient(location)
+        dphi_da, dphi_db = _zero_correction_dphi(a_value, b_value, w, logit)
+        moving = location + w * (dphi_da * a + dphi_db * b)
+        return logit + (moving - jax.lax.stop_gradient(moving))
+
+    def transform(self, params, eps):
+        return _clamped_sigmoid(self.logit_transform(params, eps))
+
+    def log_abs_det_jacobian(self, params, eps):
+        logit = self.logit_transform(params, eps)
+        log_z_one_minus_z = -jax.nn.softplus(-logit) - jax.nn.softplus(logit)
+        if self.standardization == "zero-correction":
+            return jax.lax.stop_gradient(log_z_one_minus_z)
+        a, b = self._ab(params)
+        return log_z_one_minus_z + jnp.log(self._sigma(a, b))
+
+    def log_prob_standardized(self, params, eps):
+        if self.standardization == "zero-correction":
+            # sigma is chosen so that d/dv log q_eps = 0 at the drawn sample: no g_corr.
+            return jnp.zeros(jnp.shape(eps), jnp.result_type(eps))
+        a, b = self._ab(params)
+        logit = self.logit_transform(params, eps)
+        # a log z + b log(1-z) - log B(a,b) + log sigma, in terms of logit z (stable).
+        return (
+            -a * jax.nn.softplus(-logit)
+            - b * jax.nn.softplus(logit)
+            - betaln(a, b)
+            + jnp.log(self._sigma(a, b))
+        )
+
+
+def _zero_correction_dphi(a, b, w, logit):
+    """``d phi / d alpha`` and ``d phi / d beta`` that zero ``g_corr`` (supplement C)."""
+    z = jax.nn.sigmoid(logit)
+    log_z = -jax.nn.softplus(-logit)
+    log_one_minus_z = -jax.nn.softplus(logit)
+    coefficient = a - (a + b) * z
+    denominator = coefficient * w + 1.0
+    denominator = jnp.where(
+        jnp.abs(denominator) < 1e-3, jnp.where(denominator < 0, -1e-3, 1e-3), denominator
+    )
+    digamma_total = _math.digamma(a + b)
+    dphi_da = -(coefficient * _math.trigamma(a) + digamma_total - _math.digamma(a) + log_z)
+    dphi_db = -(
+        -coefficient * _math.trigamma(b) + digamma_total - _math.digamma(b) + log_one_minus_z
+    )
+    return dphi_da / denominator, dphi_db / denominator
