@@ -1,26 +1,33 @@
-"""Dirichlet variational family with the G-REP standardization of ``log z``.
+"""Dirichlet variational family with G-REP standardizations of ``log z``.
 
 ``q(z; alpha) = Gamma(alpha_0) / prod_k Gamma(alpha_k) prod_k z_k^(alpha_k - 1)`` on the
 simplex, ``alpha_0 = sum_k alpha_k``; the last axis of ``shape`` is the event axis ``K``.
 
-Standardizations (Ruiz, Titsias & Blei 2016, supplement D)::
+The paper (Ruiz, Titsias & Blei 2016, supplement D) standardizes ``log z`` by its mean and
+full covariance, ``z = exp(Sigma^{1/2} eps + mu)``, treating ``T`` as a map of R^K. But
+``log z`` lies on a (K-1)-dimensional surface (``sum z = 1``), so ``eps`` has no density on
+R^K and ``T(eps; v')`` leaves the simplex when ``v`` moves: the resulting estimator is
+biased (measured in ``tests/test_families_dirichlet.py``; the bias is many standard errors
+on a 4-category Dirichlet-multinomial). grepvi therefore standardizes the same statistics in
+the (K-1) additive log-ratio coordinates ``y_i = log z_i - log z_K``, a bijection of the
+simplex onto R^(K-1)::
 
-    mu    = E[log z]       = psi(alpha) - psi(alpha_0)
-    Sigma = Cov[log z]     = diag(psi_1(alpha)) - psi_1(alpha_0) 1 1^T
-    z     = T(eps)         = exp(Sigma^{1/2} eps + mu)
-    log J                  = log det Sigma^{1/2} + sum_k log z_k
+    mu_y    = E[y]   = psi(alpha_{1:K-1}) - psi(alpha_K)
+    Sigma_y = Cov[y] = diag(psi_1(alpha_{1:K-1})) + psi_1(alpha_K) 1 1^T
+    eps     = Sigma_y^{-1/2} (y - mu_y),      z = T(eps) = softmax([Sigma_y^{1/2} eps + mu_y, 0])
+    log J   = log det Sigma_y^{1/2} + sum_{k=1}^{K} log z_k
 
-* ``"full"``: the symmetric square root ``Sigma^{1/2} = V D^{1/2} V^T`` from ``eigh``;
-  gradients flow through the eigendecomposition by autodiff (replacing the supplement's
-  Lyapunov equations).
-* ``"diagonal"``: only the diagonal of ``Sigma`` (the supplement's footnote: cheaper, more
-  variance).
-* ``"gamma"``: ``z = g / sum(g)`` with ``g_k ~ Gamma(alpha_k, 1)`` standardized as the gamma
-  family does. ``eps`` is then the K standardized gammas; ``T`` maps K numbers to the simplex.
-  Exact and unbiased for any ``f``.
+which keeps the paper's idea (mean and full covariance of the sufficient statistics) and is
+exact. Standardizations:
 
-The first two treat ``T`` as a map of R^K although ``log z`` lies on a (K-1)-dimensional
-surface; ``tests/test_estimators_unbiased.py`` measures what that costs.
+* ``"full"`` (default): the above, with the symmetric square root ``V D^{1/2} V^T``. Its
+  derivative is the solution of the Lyapunov equation ``dS S + S dS = dSigma`` (supplement D),
+  solved in the eigenbasis as ``dS = V [(V^T dSigma V)_ij / (sqrt d_i + sqrt d_j)] V^T``,
+  which stays finite when eigenvalues repeat (``eigh``'s own derivative does not).
+* ``"diagonal"``: only the diagonal of ``Sigma_y`` (cheaper, more variance).
+* ``"gamma"``: ``z = g / sum(g)``, ``g_k ~ Gamma(alpha_k, 1)`` each standardized as the gamma
+  family does; ``eps`` has K components and ``T`` maps them onto the simplex. Exact.
+* ``"paper"``: the literal supplement D map of R^K, for comparison (biased, see above).
 """
 
 import dataclasses
@@ -32,9 +39,28 @@ from jax.scipy.special import gammaln, logsumexp
 from grepvi import _math
 from grepvi.families.base import Family
 
-__all__ = ["Dirichlet"]
+__all__ = ["Dirichlet", "sqrtm_psd"]
 
-_STANDARDIZATIONS = ("full", "diagonal", "gamma")
+_STANDARDIZATIONS = ("full", "diagonal", "gamma", "paper")
+
+
+@jax.custom_jvp
+def sqrtm_psd(matrix):
+    """Symmetric square root of a batch of symmetric positive definite matrices."""
+    eigenvalues, eigenvectors = jnp.linalg.eigh(matrix)
+    root = jnp.sqrt(jnp.maximum(eigenvalues, 0.0))
+    return jnp.einsum("...ik,...k,...jk->...ij", eigenvectors, root, eigenvectors)
+
+
+@sqrtm_psd.defjvp
+def _sqrtm_psd_jvp(primals, tangents):
+    (matrix,), (tangent,) = primals, tangents
+    eigenvalues, eigenvectors = jnp.linalg.eigh(matrix)
+    root = jnp.sqrt(jnp.maximum(eigenvalues, jnp.finfo(matrix.dtype).tiny))
+    value = jnp.einsum("...ik,...k,...jk->...ij", eigenvectors, root, eigenvectors)
+    rotated = jnp.einsum("...ki,...kl,...lj->...ij", eigenvectors, tangent, eigenvectors)
+    solved = rotated / (root[..., :, None] + root[..., None, :])
+    return value, jnp.einsum("...ik,...kl,...jl->...ij", eigenvectors, solved, eigenvectors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +80,7 @@ class Dirichlet(Family):
             raise ValueError(f"Dirichlet: shape must end in an event axis K >= 2, got {self.shape}")
         if self.standardization not in _STANDARDIZATIONS:
             raise ValueError(
-                f"Dirichlet: standardization must be one of {_STANDARDIZATIONS}, "
-                f"got {self.standardization!r}"
+                f"Dirichlet: standardization must be one of {_STANDARDIZATIONS}, got {self.standardization!r}"
             )
 
     def init_params(self, rng_key=None, dtype=jnp.float32):
@@ -70,26 +95,38 @@ class Dirichlet(Family):
     def _alpha(self, params):
         return _math.softplus(params["concentration"])
 
+    # --- the statistics being standardized ----------------------------------------------
     def _moments(self, alpha):
-        """``mu``, ``Sigma^{1/2}`` (or its diagonal) and ``log det Sigma^{1/2}``."""
-        total = jnp.sum(alpha, -1, keepdims=True)
-        mu = _math.digamma(alpha) - _math.digamma(total)
+        """``mu``, the square root (matrix, or vector for "diagonal") and ``log det`` of it."""
+        if self.standardization == "paper":
+            total = jnp.sum(alpha, -1, keepdims=True)
+            mu = _math.digamma(alpha) - _math.digamma(total)
+            diagonal, rank_one = _math.trigamma(alpha), -_math.trigamma(total)
+        else:
+            last = alpha[..., -1:]
+            mu = _math.digamma(alpha[..., :-1]) - _math.digamma(last)
+            diagonal, rank_one = _math.trigamma(alpha[..., :-1]), _math.trigamma(last)
         if self.standardization == "diagonal":
-            variance = _math.trigamma(alpha) - _math.trigamma(total)
+            variance = diagonal + rank_one
             return mu, jnp.sqrt(variance), 0.5 * jnp.sum(jnp.log(variance), -1)
-        k = alpha.shape[-1]
-        sigma = jnp.einsum("...i,ij->...ij", _math.trigamma(alpha), jnp.eye(k, dtype=alpha.dtype))
-        sigma = sigma - _math.trigamma(total)[..., None]
-        eigenvalues, eigenvectors = jnp.linalg.eigh(sigma)
-        eigenvalues = jnp.maximum(eigenvalues, jnp.finfo(alpha.dtype).tiny)
-        sqrt_sigma = jnp.einsum(
-            "...ik,...k,...jk->...ij", eigenvectors, jnp.sqrt(eigenvalues), eigenvectors
-        )
-        inverse_sqrt = jnp.einsum(
-            "...ik,...k,...jk->...ij", eigenvectors, jax.lax.rsqrt(eigenvalues), eigenvectors
-        )
-        return mu, (sqrt_sigma, inverse_sqrt), 0.5 * jnp.sum(jnp.log(eigenvalues), -1)
+        k = diagonal.shape[-1]
+        sigma = diagonal[..., :, None] * jnp.eye(k, dtype=alpha.dtype) + rank_one[..., None]
+        # det(D + c 1 1^T) = det(D) (1 + c sum 1/d).
+        log_det = jnp.sum(jnp.log(diagonal), -1) + jnp.log1p(rank_one[..., 0] * jnp.sum(1.0 / diagonal, -1))
+        return mu, sqrtm_psd(sigma), 0.5 * log_det
 
+    def _statistic(self, log_z):
+        if self.standardization == "paper":
+            return log_z
+        return log_z[..., :-1] - log_z[..., -1:]
+
+    def _log_z_from_statistic(self, statistic):
+        if self.standardization == "paper":
+            return statistic
+        padded = jnp.concatenate([statistic, jnp.zeros_like(statistic[..., :1])], -1)
+        return padded - logsumexp(padded, -1, keepdims=True)
+
+    # --- sampling ---------------------------------------------------------------------
     def sample_log(self, params, rng_key, sample_shape=()):
         """``log z`` for ``z ~ q`` (log-gamma draws normalized in log space)."""
         from grepvi.sampling import log_gamma
@@ -111,10 +148,13 @@ class Dirichlet(Family):
 
     def _standardize_log(self, alpha, log_z):
         mu, root, _ = self._moments(alpha)
+        centred = self._statistic(log_z) - mu
         if self.standardization == "diagonal":
-            return (log_z - mu) / root
-        return jnp.einsum("...ij,...j->...i", root[1], log_z - mu)
+            return centred / root
+        root = jnp.broadcast_to(root, centred.shape + centred.shape[-1:])
+        return jnp.linalg.solve(root, centred[..., None])[..., 0]
 
+    # --- density ----------------------------------------------------------------------
     def log_prob(self, params, z):
         alpha = self._alpha(params)
         return (
@@ -129,9 +169,7 @@ class Dirichlet(Family):
         k = alpha.shape[-1]
         log_beta = jnp.sum(gammaln(alpha), -1) - gammaln(total)
         return (
-            log_beta
-            + (total - k) * _math.digamma(total)
-            - jnp.sum((alpha - 1.0) * _math.digamma(alpha), -1)
+            log_beta + (total - k) * _math.digamma(total) - jnp.sum((alpha - 1.0) * _math.digamma(alpha), -1)
         )
 
     def mean(self, params):
@@ -143,23 +181,26 @@ class Dirichlet(Family):
         total = jnp.sum(alpha, -1, keepdims=True)
         return alpha * (total - alpha) / (total**2 * (total + 1.0))
 
+    # --- standardization --------------------------------------------------------------
     def standardize(self, params, z):
         if self.standardization == "gamma":
             raise NotImplementedError(
-                "Dirichlet(standardization='gamma') draws eps from K gammas; z alone does "
-                "not determine it"
+                "Dirichlet(standardization='gamma') draws eps from K gammas; z alone does not determine it"
             )
         return self._standardize_log(self._alpha(params), jnp.log(z))
 
     def log_transform(self, params, eps):
+        """``log T(eps; v)`` (exact, no underflow)."""
         alpha = self._alpha(params)
         if self.standardization == "gamma":
             log_g = eps * jnp.sqrt(_math.trigamma(alpha)) + _math.digamma(alpha)
             return log_g - logsumexp(log_g, -1, keepdims=True)
         mu, root, _ = self._moments(alpha)
         if self.standardization == "diagonal":
-            return root * eps + mu
-        return jnp.einsum("...ij,...j->...i", root[0], eps) + mu
+            statistic = root * eps + mu
+        else:
+            statistic = jnp.einsum("...ij,...j->...i", root, eps) + mu
+        return self._log_z_from_statistic(statistic)
 
     def transform(self, params, eps):
         return _math.safe_exp(self.log_transform(params, eps))
@@ -185,9 +226,5 @@ class Dirichlet(Family):
             return jnp.sum(per_component, -1)
         log_z = self.log_transform(params, eps)
         _, _, log_det_root = self._moments(alpha)
-        log_q = (
-            gammaln(jnp.sum(alpha, -1))
-            - jnp.sum(gammaln(alpha), -1)
-            + jnp.sum((alpha - 1.0) * log_z, -1)
-        )
+        log_q = gammaln(jnp.sum(alpha, -1)) - jnp.sum(gammaln(alpha), -1) + jnp.sum((alpha - 1.0) * log_z, -1)
         return log_q + log_det_root + jnp.sum(log_z, -1)
