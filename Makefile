@@ -1,0 +1,35 @@
+# Every target creates the virtual environment on first use; .ci/run calls the same commands.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DATA_DIR ?= $(abspath ../shared/data)
+
+$(BIN)/grepvi: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+.PHONY: demo test test-all lint format bench peers
+demo: $(BIN)/grepvi  ## the main job on the embedded default data
+	$(BIN)/grepvi demo
+
+test: $(BIN)/grepvi  ## the test suite CI runs (slow tier excluded)
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q
+
+test-all: $(BIN)/grepvi
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -q
+
+lint: $(BIN)/grepvi
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(BIN)/grepvi
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+peers: $(BIN)/grepvi  ## optional benchmark peers (CPU torch wheel on this machine's disk)
+	$(BIN)/pip install -q -e '.[peers]'
+
+bench: $(BIN)/grepvi
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/python benchmarks/run_all.py
