@@ -7,7 +7,6 @@ Positive parameters are optimized through the unconstrained map of the paper (Se
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy import special
 
 __all__ = [
     "softplus",
@@ -32,19 +31,64 @@ def inverse_softplus(y):
     return jnp.where(y > 20.0, y, jnp.log(jnp.expm1(jnp.minimum(y, 20.0))))
 
 
+# Polygamma functions by recurrence and asymptotic series. ``jax.scipy.special.polygamma``
+# goes through the Hurwitz zeta function and costs ~40 ms for 460,000 elements on 2 CPU
+# cores; the paper's models evaluate psi, psi_1 and psi_2 on every latent each iteration.
+# Here psi_n(x) = psi_n(x + 6) - (recurrence terms) with the asymptotic expansion at
+# y = x + 6 >= 6, accurate to ~1e-11 relative there (float64) and to float32 rounding in
+# float32 (tests/test_math.py compares with scipy over 1e-4..1e6). Autodiff of these series
+# gives the next polygamma to the same accuracy.
+_SHIFT = 6
+
+
+def _shifted(x):
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.float32)
+    terms = [x + i for i in range(_SHIFT)]
+    return x + _SHIFT, terms
+
+
 def digamma(x):
-    """psi(x) = d/dx log Gamma(x)."""
-    return special.digamma(x)
+    """psi(x) = d/dx log Gamma(x), for x > 0."""
+    y, terms = _shifted(x)
+    recurrence = sum(1.0 / t for t in terms)
+    inv = 1.0 / y
+    inv2 = inv * inv
+    series = inv2 * (
+        1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (1.0 / 240 - inv2 * (1.0 / 132))))
+    )
+    return jnp.log(y) - 0.5 * inv - series - recurrence
 
 
 def trigamma(x):
-    """psi_1(x), the first derivative of the digamma function."""
-    return special.polygamma(1, x)
+    """psi_1(x), the first derivative of the digamma function, for x > 0."""
+    y, terms = _shifted(x)
+    recurrence = sum(1.0 / (t * t) for t in terms)
+    inv = 1.0 / y
+    inv2 = inv * inv
+    series = (
+        inv
+        + 0.5 * inv2
+        + inv
+        * inv2
+        * (1.0 / 6 - inv2 * (1.0 / 30 - inv2 * (1.0 / 42 - inv2 * (1.0 / 30 - inv2 * (5.0 / 66)))))
+    )
+    return series + recurrence
 
 
 def tetragamma(x):
-    """psi_2(x), the second derivative of the digamma function."""
-    return special.polygamma(2, x)
+    """psi_2(x), the second derivative of the digamma function, for x > 0."""
+    y, terms = _shifted(x)
+    recurrence = sum(1.0 / (t * t * t) for t in terms)
+    inv = 1.0 / y
+    inv2 = inv * inv
+    series = (
+        -inv2
+        - inv * inv2
+        - inv2 * inv2 * (0.5 - inv2 * (1.0 / 6 - inv2 * (1.0 / 6 - inv2 * (3.0 / 10 - inv2 * (5.0 / 6)))))
+    )
+    return series - 2.0 * recurrence
 
 
 def log_tiny(dtype):
