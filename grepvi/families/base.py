@@ -107,9 +107,7 @@ class Family(abc.ABC):
 
     def log_prob_standardized(self, params: Params, eps) -> jax.Array:
         """``log q_eps(eps; v) = log q(T(eps; v); v) + log J(eps, v)`` (paper Eq. 3)."""
-        return self.log_prob(params, self.transform(params, eps)) + self.log_abs_det_jacobian(
-            params, eps
-        )
+        return self.log_prob(params, self.transform(params, eps)) + self.log_abs_det_jacobian(params, eps)
 
     # --- helpers ----------------------------------------------------------------------
     def bind(self, params: Params) -> "Posterior":
@@ -118,9 +116,7 @@ class Family(abc.ABC):
     def _check_params(self, params: Params, names) -> None:
         missing = [name for name in names if name not in params]
         if missing:
-            raise KeyError(
-                f"{type(self).__name__}: parameters {missing} missing from {list(params)}"
-            )
+            raise KeyError(f"{type(self).__name__}: parameters {missing} missing from {list(params)}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import betaln
 
 from grepvi import _math
 from grepvi.families.base import Family
@@ -42,12 +41,6 @@ from grepvi.families.base import Family
 __all__ = ["Beta"]
 
 _STANDARDIZATIONS = ("logit", "zero-correction")
-
-
-def _clamped_sigmoid(logit):
-    dtype = jnp.result_type(logit)
-    finfo = jnp.finfo(dtype)
-    return jnp.clip(jax.nn.sigmoid(logit), finfo.tiny, 1.0 - finfo.epsneg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +62,7 @@ class Beta(Family):
         super().__post_init__()
         if self.standardization not in _STANDARDIZATIONS:
             raise ValueError(
-                f"Beta: standardization must be one of {_STANDARDIZATIONS}, "
-                f"got {self.standardization!r}"
+                f"Beta: standardization must be one of {_STANDARDIZATIONS}, got {self.standardization!r}"
             )
 
     def init_params(self, rng_key=None, dtype=jnp.float32):
@@ -107,21 +99,19 @@ class Beta(Family):
 
     def sample_standardized(self, params, rng_key, sample_shape=()):
         a, b = jax.lax.stop_gradient(self._ab(params))
-        centred = self.sample_logit(params, rng_key, sample_shape) - (
-            _math.digamma(a) - _math.digamma(b)
-        )
+        centred = self.sample_logit(params, rng_key, sample_shape) - (_math.digamma(a) - _math.digamma(b))
         if self.standardization == "zero-correction":
             return jax.lax.stop_gradient(centred)
         return jax.lax.stop_gradient(centred / self._sigma(a, b))
 
     def log_prob(self, params, z):
         a, b = self._ab(params)
-        return (a - 1.0) * jnp.log(z) + (b - 1.0) * jnp.log1p(-z) - betaln(a, b)
+        return (a - 1.0) * jnp.log(z) + (b - 1.0) * jnp.log1p(-z) - _math.betaln(a, b)
 
     def entropy(self, params):
         a, b = self._ab(params)
         return (
-            betaln(a, b)
+            _math.betaln(a, b)
             - (a - 1.0) * _math.digamma(a)
             - (b - 1.0) * _math.digamma(b)
             + (a + b - 2.0) * _math.digamma(a + b)
@@ -158,7 +148,7 @@ class Beta(Family):
         return logit + (moving - jax.lax.stop_gradient(moving))
 
     def transform(self, params, eps):
-        return _clamped_sigmoid(self.logit_transform(params, eps))
+        return _math.safe_sigmoid(self.logit_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         logit = self.logit_transform(params, eps)
@@ -178,7 +168,7 @@ class Beta(Family):
         return (
             -a * jax.nn.softplus(-logit)
             - b * jax.nn.softplus(logit)
-            - betaln(a, b)
+            - _math.betaln(a, b)
             + jnp.log(self._sigma(a, b))
         )
 
@@ -190,12 +180,8 @@ def _zero_correction_dphi(a, b, w, logit):
     log_one_minus_z = -jax.nn.softplus(logit)
     coefficient = a - (a + b) * z
     denominator = coefficient * w + 1.0
-    denominator = jnp.where(
-        jnp.abs(denominator) < 1e-3, jnp.where(denominator < 0, -1e-3, 1e-3), denominator
-    )
+    denominator = jnp.where(jnp.abs(denominator) < 1e-3, jnp.where(denominator < 0, -1e-3, 1e-3), denominator)
     digamma_total = _math.digamma(a + b)
     dphi_da = -(coefficient * _math.trigamma(a) + digamma_total - _math.digamma(a) + log_z)
-    dphi_db = -(
-        -coefficient * _math.trigamma(b) + digamma_total - _math.digamma(b) + log_one_minus_z
-    )
+    dphi_db = -(-coefficient * _math.trigamma(b) + digamma_total - _math.digamma(b) + log_one_minus_z)
     return dphi_da / denominator, dphi_db / denominator

@@ -34,7 +34,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammaln, logsumexp
+from jax.scipy.special import logsumexp
 
 from grepvi import _math
 from grepvi.families.base import Family
@@ -158,8 +158,8 @@ class Dirichlet(Family):
     def log_prob(self, params, z):
         alpha = self._alpha(params)
         return (
-            gammaln(jnp.sum(alpha, -1))
-            - jnp.sum(gammaln(alpha), -1)
+            _math.gammaln(jnp.sum(alpha, -1))
+            - jnp.sum(_math.gammaln(alpha), -1)
             + jnp.sum((alpha - 1.0) * jnp.log(z), -1)
         )
 
@@ -167,7 +167,7 @@ class Dirichlet(Family):
         alpha = self._alpha(params)
         total = jnp.sum(alpha, -1)
         k = alpha.shape[-1]
-        log_beta = jnp.sum(gammaln(alpha), -1) - gammaln(total)
+        log_beta = jnp.sum(_math.gammaln(alpha), -1) - _math.gammaln(total)
         return (
             log_beta + (total - k) * _math.digamma(total) - jnp.sum((alpha - 1.0) * _math.digamma(alpha), -1)
         )
@@ -219,12 +219,16 @@ class Dirichlet(Family):
             per_component = (
                 alpha * digamma
                 + jnp.log(sqrt_trigamma)
-                - gammaln(alpha)
+                - _math.gammaln(alpha)
                 + eps * alpha * sqrt_trigamma
                 - jnp.exp(eps * sqrt_trigamma + digamma)
             )
             return jnp.sum(per_component, -1)
         log_z = self.log_transform(params, eps)
         _, _, log_det_root = self._moments(alpha)
-        log_q = gammaln(jnp.sum(alpha, -1)) - jnp.sum(gammaln(alpha), -1) + jnp.sum((alpha - 1.0) * log_z, -1)
+        log_q = (
+            _math.gammaln(jnp.sum(alpha, -1))
+            - jnp.sum(_math.gammaln(alpha), -1)
+            + jnp.sum((alpha - 1.0) * log_z, -1)
+        )
         return log_q + log_det_root + jnp.sum(log_z, -1)

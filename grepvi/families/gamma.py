@@ -24,7 +24,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammaln
 
 from grepvi import _math
 from grepvi.families.base import Family
@@ -83,20 +82,18 @@ class Gamma(Family):
         concentration = jax.lax.stop_gradient(_math.softplus(params["concentration"]))
         log_standard = log_gamma(rng_key, concentration, sample_shape)
         # eps = (log z - psi(a) + log b) / sqrt(psi_1(a)); log z + log b ~ logGamma(a, 1).
-        eps = (log_standard - _math.digamma(concentration)) * jax.lax.rsqrt(
-            _math.trigamma(concentration)
-        )
+        eps = (log_standard - _math.digamma(concentration)) * jax.lax.rsqrt(_math.trigamma(concentration))
         return jax.lax.stop_gradient(eps)
 
     def log_prob(self, params, z):
         natural = self.natural_params(params)
         a, b = natural["concentration"], natural["rate"]
-        return a * jnp.log(b) - gammaln(a) + (a - 1.0) * jnp.log(z) - b * z
+        return a * jnp.log(b) - _math.gammaln(a) + (a - 1.0) * jnp.log(z) - b * z
 
     def entropy(self, params):
         natural = self.natural_params(params)
         a, b = natural["concentration"], natural["rate"]
-        return a - jnp.log(b) + gammaln(a) + (1.0 - a) * _math.digamma(a)
+        return a - jnp.log(b) + _math.gammaln(a) + (1.0 - a) * _math.digamma(a)
 
     def mean(self, params):
         return _math.softplus(params["mean"])
@@ -130,7 +127,7 @@ class Gamma(Family):
         return (
             a * digamma
             + jnp.log(sqrt_trigamma)
-            - gammaln(a)
+            - _math.gammaln(a)
             + eps * a * sqrt_trigamma
             - jnp.exp(eps * sqrt_trigamma + digamma)
         )
