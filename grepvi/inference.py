@@ -71,8 +71,7 @@ def make_target(logdensity_fn, latents, local_logdensity_fn=None) -> Target:
     for name, family in latents.items():
         if not isinstance(family, Family):
             raise ModelError(
-                f"latent {name!r}: expected a grepvi family (Gamma, Beta, ...), "
-                f"got {type(family).__name__}"
+                f"latent {name!r}: expected a grepvi family (Gamma, Beta, ...), got {type(family).__name__}"
             )
     return Target(logdensity_fn, dict(latents), local_logdensity_fn)
 
@@ -139,9 +138,7 @@ def init(rng_key, target: Target, optimizer, init_params: dict | None = None) ->
     )
 
 
-def step(
-    state: VIState, target: Target, estimator: Estimator, optimizer
-) -> tuple[VIState, StepInfo]:
+def step(state: VIState, target: Target, estimator: Estimator, optimizer) -> tuple[VIState, StepInfo]:
     """One iteration of Algorithm 1: estimate, guard, update.
 
     A gradient with any non-finite component is not applied (the parameters and optimizer
@@ -154,11 +151,7 @@ def step(
     nonfinite = jnp.stack(
         [
             jnp.logical_not(
-                jnp.all(
-                    jnp.stack(
-                        [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grad[n])]
-                    )
-                )
+                jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grad[n])]))
             )
             for n in names
         ]
@@ -328,15 +321,11 @@ def fit(
             bar.set_postfix(elbo=f"{np.mean(elbos[-chunk_size:]):.4g}")
 
     try:
-        state, trace = run_chunks(
-            state, target, estimator, optimizer, int(num_steps), chunk_size, callback
-        )
+        state, trace = run_chunks(state, target, estimator, optimizer, int(num_steps), chunk_size, callback)
     finally:
         if bar is not None:
             bar.close()
-    posterior = {
-        name: Posterior(family, state.params[name]) for name, family in target.families.items()
-    }
+    posterior = {name: Posterior(family, state.params[name]) for name, family in target.families.items()}
     return FitResult(
         params=state.params,
         families=target.families,

@@ -232,9 +232,7 @@ class GradientCheck(NamedTuple):
 
 
 def _flatten(tree):
-    return np.concatenate(
-        [np.ravel(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(tree)]
-    )
+    return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(tree)])
 
 
 def gradient_draws(estimator, target, params, rng_key, num_draws: int, batch_size: int = 10_000):
@@ -259,9 +257,7 @@ def check_unbiased(
     """Mean of ``num_draws`` gradient draws vs ``jax.grad(model.exact_elbo)(params)``."""
     from grepvi.estimators.base import Target
 
-    target = Target(
-        model.logdensity_fn, model.families, model.local_logdensity_fn if use_local else None
-    )
+    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn if use_local else None)
     draws = gradient_draws(estimator, target, params, rng_key, num_draws)
     exact = _flatten(jax.grad(model.exact_elbo)(params))
     variance = draws.var(0, ddof=1)

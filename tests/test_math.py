@@ -37,3 +37,14 @@ def test_polygamma_derivatives_by_autodiff():
 def test_softplus_round_trip():
     y = jnp.asarray(np.logspace(-6, 3, 50), jnp.float32)
     np.testing.assert_allclose(_math.softplus(_math.inverse_softplus(y)), y, rtol=1e-5)
+
+
+def test_gammaln_and_betaln_match_scipy():
+    expected = special.gammaln(X)
+    got32 = np.asarray(_math.gammaln(jnp.asarray(X, jnp.float32)), np.float64)
+    np.testing.assert_allclose(got32, expected, rtol=3e-6, atol=3e-6)
+    with jax.enable_x64(True):
+        got64 = np.asarray(_math.gammaln(jnp.asarray(X, jnp.float64)))
+        b64 = np.asarray(_math.betaln(jnp.asarray(X, jnp.float64), 0.5))
+    np.testing.assert_allclose(got64, expected, rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(b64, special.betaln(X, 0.5), rtol=1e-9, atol=1e-10)

@@ -78,9 +78,7 @@ def detect_format(path: str | os.PathLike) -> str:
             with gzip.open(path, "rb") as file:
                 head = file.read(128)
         except (EOFError, OSError, zlib.error) as error:
-            raise DataError(
-                f"{path}: not a valid gzip file (it is truncated or corrupt: {error})"
-            ) from error
+            raise DataError(f"{path}: not a valid gzip file (it is truncated or corrupt: {error})") from error
     if head.startswith(b"PK"):
         try:
             with zipfile.ZipFile(path) as archive:
@@ -164,9 +162,7 @@ def load_arrays(
     if test_entry is not None:
         test_name, test_values = test_entry
         if test_name.endswith("images") != name.endswith("images"):
-            raise DataError(
-                f"{path}: expected {name} with test_{name}, found {name} with {test_name}"
-            )
+            raise DataError(f"{path}: expected {name} with test_{name}, found {name} with {test_name}")
         test, test_image_shape = _as_rows(test_name, test_values, path)
         if test_image_shape != image_shape or test.shape[1] != train.shape[1]:
             raise DataError(

@@ -45,9 +45,7 @@ SPLITS = ("source", "random")
 DEFAULT_TEST_FRACTION = 0.25
 
 
-def split_tokens(
-    counts: np.ndarray, test_fraction: float, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
+def split_tokens(counts: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Send each token to test with probability ``test_fraction``; return (train, test) counts."""
     counts = np.asarray(counts, dtype=np.int64)
     test = np.random.default_rng(seed).binomial(counts, test_fraction)
@@ -67,8 +65,7 @@ def _check_triplets(doc, word, counts: dict, shape, source) -> tuple[int, int]:
     shape = np.asarray(shape).ravel()
     if shape.size != 2 or not np.issubdtype(shape.dtype, np.integer) or (shape < 1).any():
         raise DataError(
-            f"{source} (shape): expected two positive integers (documents, words), "
-            f"found {shape.tolist()}"
+            f"{source} (shape): expected two positive integers (documents, words), found {shape.tolist()}"
         )
     num_docs, num_words = int(shape[0]), int(shape[1])
     length = np.shape(doc)
@@ -81,9 +78,7 @@ def _check_triplets(doc, word, counts: dict, shape, source) -> tuple[int, int]:
     for name, values, size in (("doc", doc, num_docs), ("word", word, num_words)):
         values = np.asarray(values)
         if not np.issubdtype(values.dtype, np.integer):
-            raise DataError(
-                f"{source} (array {name}): expected integer indices, found dtype {values.dtype}"
-            )
+            raise DataError(f"{source} (array {name}): expected integer indices, found dtype {values.dtype}")
         if values.size and (values.min() < 0 or values.max() >= size):
             raise DataError(
                 f"{source} (array {name}): expected indices in [0, {size}), found range "
@@ -195,8 +190,7 @@ def read_docword(path: str | os.PathLike) -> tuple[np.ndarray, tuple[int, int]]:
         ) from error
     if values.size < 3:
         raise DataError(
-            f"{path}: expected a docword header of three lines D, W, NNZ, found {values.size} "
-            "value(s)"
+            f"{path}: expected a docword header of three lines D, W, NNZ, found {values.size} value(s)"
         )
     num_docs, num_words, num_nonzero = (int(v) for v in values[:3])
     body = values[3:]
@@ -223,8 +217,7 @@ def _read_vocabulary(path: Path, num_words: int) -> list[str]:
     words = [word.strip() for word in words if word.strip()]
     if len(words) != num_words:
         raise DataError(
-            f"{path}: expected {num_words} words (W of the docword file), one a line, "
-            f"found {len(words)}"
+            f"{path}: expected {num_words} words (W of the docword file), one a line, found {len(words)}"
         )
     return words
 

@@ -102,9 +102,7 @@ def load_olivetti(
     check_counts(images, argument)
     num_images = images.shape[0]
     train_indices = np.setdiff1d(np.arange(num_images), test_indices)
-    train_indices, test_indices = check_split(
-        train_indices, test_indices, num_images, f"{source} (split)"
-    )
+    train_indices, test_indices = check_split(train_indices, test_indices, num_images, f"{source} (split)")
     flat = images.reshape(num_images, -1)
     info = {
         "source": str(source),

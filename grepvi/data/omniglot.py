@@ -93,9 +93,7 @@ def _decode_png(data: bytes, member: str, path: Path) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as image:
             grey = np.asarray(image.convert("L"))
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
-        raise DataError(
-            f"{path}: member {member!r} is not a readable PNG image: {error}"
-        ) from error
+        raise DataError(f"{path}: member {member!r} is not a readable PNG image: {error}") from error
     return (grey > 127).astype(np.uint8)
 
 
@@ -129,9 +127,7 @@ def read_omniglot_zip(path: str | os.PathLike) -> dict[str, np.ndarray]:
             f"it is truncated or of another format: {error})"
         ) from error
     if not images:
-        raise DataError(
-            f"{path}: expected PNG members alphabet/characterNN/XXXX_YY.png, found none"
-        )
+        raise DataError(f"{path}: expected PNG members alphabet/characterNN/XXXX_YY.png, found none")
     shapes = {image.shape for image in images}
     if len(shapes) > 1:
         pairs = zip(members, images, strict=True)

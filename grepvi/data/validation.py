@@ -111,8 +111,7 @@ def check_image_stack(images: np.ndarray, argument: str) -> np.ndarray:
         )
     if images.ndim != 3:
         raise DataError(
-            f"{argument}: expected images of shape (n, height, width), "
-            f"found an array of shape {images.shape}"
+            f"{argument}: expected images of shape (n, height, width), found an array of shape {images.shape}"
         )
     if min(images.shape) == 0:
         raise DataError(
@@ -130,9 +129,7 @@ def check_matrix(matrix: np.ndarray, argument: str) -> np.ndarray:
             f"found an array of shape {matrix.shape} and dtype {matrix.dtype}"
         )
     if min(matrix.shape) == 0:
-        raise DataError(
-            f"{argument}: expected at least one row and one column, found shape {matrix.shape}"
-        )
+        raise DataError(f"{argument}: expected at least one row and one column, found shape {matrix.shape}")
     if not (np.issubdtype(matrix.dtype, np.number) or matrix.dtype == bool):
         raise DataError(f"{argument}: expected numeric values, found dtype {matrix.dtype}")
     return matrix
@@ -198,9 +195,7 @@ def check_binary(values: np.ndarray, argument: str) -> None:
 def check_likelihood(likelihood: str, argument: str = "likelihood") -> str:
     """Require one of :data:`LIKELIHOODS`; return it in lower case."""
     if not isinstance(likelihood, str) or likelihood.lower() not in LIKELIHOODS:
-        raise DataError(
-            f"{argument}: expected one of {', '.join(LIKELIHOODS)}, found {likelihood!r}"
-        )
+        raise DataError(f"{argument}: expected one of {', '.join(LIKELIHOODS)}, found {likelihood!r}")
     return likelihood.lower()
 
 
@@ -251,8 +246,7 @@ def check_split(
         out_of_range = (indices < 0) | (indices >= num_rows)
         if out_of_range.any():
             raise DataError(
-                f"{label}: expected row indices in [0, {num_rows}), found "
-                f"{_first_bad(out_of_range, indices)}"
+                f"{label}: expected row indices in [0, {num_rows}), found {_first_bad(out_of_range, indices)}"
             )
         if np.unique(indices).size != indices.size:
             raise DataError(f"{label}: expected distinct row indices, found repeated indices")

@@ -99,9 +99,7 @@ def get_estimator(name_or_estimator, **options) -> Estimator:
     try:
         return _REGISTRY[name_or_estimator](**options)
     except TypeError as error:
-        raise ConfigError(
-            f"estimator {name_or_estimator!r}: bad options {options}: {error}"
-        ) from error
+        raise ConfigError(f"estimator {name_or_estimator!r}: bad options {options}: {error}") from error
 
 
 def _load_builtin():
@@ -140,7 +138,4 @@ def local_log_joints(target: Target, latents: dict) -> dict:
     if target.local_logdensity_fn is not None:
         return target.local_logdensity_fn(latents)
     total = target.logdensity_fn(latents)
-    return {
-        name: jnp.broadcast_to(total, family.batch_shape)
-        for name, family in target.families.items()
-    }
+    return {name: jnp.broadcast_to(total, family.batch_shape) for name, family in target.families.items()}

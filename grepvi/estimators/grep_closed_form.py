@@ -93,11 +93,7 @@ def _natural_gradient(family, params, eps, f_prime, f_local):
         return _lognormal_natural_gradient(family, params, eps, f_prime, f_local)
     raise ConfigError(
         f"grep-closed-form: no closed form for {type(family).__name__}"
-        + (
-            f"(standardization={family.standardization!r})"
-            if hasattr(family, "standardization")
-            else ""
-        )
+        + (f"(standardization={family.standardization!r})" if hasattr(family, "standardization") else "")
         + "; use estimator='grep' (autodiff), which handles every family"
     )
 
@@ -115,9 +111,7 @@ def grep_closed_form(num_samples: int = 1, compute_variance: bool = False) -> Es
         local = local_log_joints(target, latents)
         grad = {}
         for name, family in families.items():
-            natural_grad = _natural_gradient(
-                family, params[name], eps[name], f_prime[name], local[name]
-            )
+            natural_grad = _natural_gradient(family, params[name], eps[name], f_prime[name], local[name])
             if isinstance(family, Gamma):
                 _, pullback = jax.vjp(family.natural_params, params[name])
             elif isinstance(family, Beta):
