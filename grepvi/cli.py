@@ -1,0 +1,330 @@
+"""The ``grepvi`` command: ``fit``, ``compare``, ``samples``, ``demo``, ``report``.
+
+Examples::
+
+    grepvi fit --model sparse-gamma-def --dataset olivetti --estimator grep \\
+        --time-budget 300 --out runs/olivetti-grep
+    grepvi compare --model beta-gamma-mf --dataset mnist --estimators grep,advi,bbvi \\
+        --eta-search --time-budget 300 --out runs/mnist
+    grepvi demo --out runs/demo
+    grepvi report runs/olivetti-grep runs/olivetti-advi --out runs/report
+
+Exit codes: 0 success; 2 a refused input (the message is printed, no traceback, and the output
+folder is left as it was); 130 interrupted by SIGINT after writing a checkpoint and the metrics
+so far (continue with the same command and ``--resume``).
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from grepvi.errors import GrepviError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def _enable_compilation_cache() -> None:
+    """JAX's persistent compilation cache (compiling G-REP's step takes tens of seconds on CPU).
+
+    Folder: ``$GREPVI_COMPILATION_CACHE`` (``off`` disables it), else
+    ``$XDG_CACHE_HOME/grepvi/jax`` or ``~/.cache/grepvi/jax``.
+    """
+    folder = os.environ.get("GREPVI_COMPILATION_CACHE")
+    if folder is not None and folder.lower() in ("", "0", "off", "no", "false"):
+        return
+    if folder is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = os.path.join(base, "grepvi", "jax")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers like 100,40,15, found {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers like 0.1,0.5,1,5, found {text!r}"
+        ) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit with code 2 (argparse's own convention) and a one-line message."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        raise SystemExit(_usage_exit(f"{self.prog}: error: {message}"))
+
+
+def _usage_exit(message: str) -> int:
+    print(message, file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _add_run_options(parser, *, estimator: bool = True, required_model: bool = True):
+    from grepvi.experiments import MODELS
+
+    group = parser.add_argument_group("model and data")
+    group.add_argument("--model", required=required_model, help=f"one of {', '.join(MODELS)}")
+    group.add_argument(
+        "--dataset",
+        required=required_model,
+        help="olivetti, nips, mnist, omniglot, synthetic (simulated from the model), or a data file",
+    )
+    group.add_argument("--data-dir", help="folder of the data files (default: $GREPVI_DATA_DIR)")
+    group.add_argument(
+        "--layer-sizes", type=_sizes, default=(100, 40, 15), help="sparse gamma DEF (default 100,40,15)"
+    )
+    group.add_argument("--num-factors", type=int, default=100, help="beta-gamma MF factors K (default 100)")
+    group = parser.add_argument_group("inference")
+    if estimator:
+        group.add_argument("--estimator", required=True, help="grep, bbvi, advi, implicit or rsvi")
+    group.add_argument("--time-budget", type=float, metavar="S", help="seconds of training (wall time)")
+    group.add_argument("--num-steps", type=int, metavar="N", help="iterations")
+    group.add_argument(
+        "--step-size",
+        type=float,
+        metavar="ETA",
+        help="eta of the step-size sequence (default: the paper's, else 0.5)",
+    )
+    group.add_argument(
+        "--num-samples", type=int, metavar="S", help="draws per gradient (default: 1; BBVI 30)"
+    )
+    group.add_argument(
+        "--elbo-samples",
+        type=int,
+        metavar="S",
+        help="draws of the reported ELBO (default: 20 for ADVI, else 1)",
+    )
+    group.add_argument("--seed", type=int, default=0)
+    group = parser.add_argument_group("evaluation and output")
+    group.add_argument(
+        "--eval-samples", type=int, default=100, help="posterior draws of the test log-likelihood"
+    )
+    group.add_argument(
+        "--refit-steps", type=int, default=200, help="iterations fitting the test rows' local latents"
+    )
+    group.add_argument(
+        "--chunk-size", type=int, default=10, help="iterations per compiled chunk (default 10)"
+    )
+    group.add_argument(
+        "--checkpoint-every", type=int, default=0, metavar="N", help="checkpoint every N iterations"
+    )
+    group.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="checkpoint every S seconds (default 60)",
+    )
+    group.add_argument("--out", required=True, help="output folder")
+    exclusive = group.add_mutually_exclusive_group()
+    exclusive.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its checkpoint"
+    )
+    exclusive.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    group.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="grepvi",
+        description="Variational inference with generalized reparameterization gradients "
+        "(Ruiz, Titsias & Blei 2016): the paper's experiments.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    fit = sub.add_parser("fit", help="one run: model x data set x estimator")
+    _add_run_options(fit)
+
+    compare = sub.add_parser(
+        "compare", help="several estimators on one model and data set, with tables and figures"
+    )
+    _add_run_options(compare, estimator=False)
+    compare.add_argument(
+        "--estimators", type=_names, default=["grep", "advi", "bbvi"], help="default grep,advi,bbvi"
+    )
+    compare.add_argument(
+        "--eta-search", action="store_true", help="run every eta of --etas; keep the best final ELBO"
+    )
+    compare.add_argument("--etas", type=_floats, default=[0.1, 0.5, 1.0, 5.0], help="default 0.1,0.5,1,5")
+
+    samples = sub.add_parser("samples", help="G-REP with 1, 2, 5, 10, 20 samples: ELBO and gradient variance")
+    _add_run_options(samples, estimator=False)
+    samples.add_argument("--estimator", default="grep")
+    samples.add_argument(
+        "--sample-counts", type=_sizes, default=(1, 2, 5, 10, 20), help="default 1,2,5,10,20"
+    )
+
+    demo = sub.add_parser(
+        "demo", help="a small G-REP vs ADVI vs BBVI comparison on simulated data (no download)"
+    )
+    demo.add_argument("--out", default="grepvi-demo", help="output folder (default ./grepvi-demo)")
+    demo.add_argument(
+        "--time-budget", type=float, default=10.0, metavar="S", help="seconds per estimator (10)"
+    )
+    demo.add_argument("--estimators", type=_names, default=["grep", "advi", "bbvi"])
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --out")
+    demo.add_argument("--quiet", action="store_true")
+
+    report = sub.add_parser("report", help="tables and figures of finished runs")
+    report.add_argument("runs", nargs="+", help="run folders, or folders holding them")
+    report.add_argument("--out", help="output folder (default: the single folder given)")
+    return parser
+
+
+def _config(args, estimator: str):
+    from grepvi.experiments import RunConfig
+
+    return RunConfig(
+        model=args.model,
+        dataset=args.dataset,
+        estimator=estimator,
+        num_steps=args.num_steps,
+        time_budget=args.time_budget,
+        step_size=args.step_size,
+        num_samples=args.num_samples,
+        elbo_samples=args.elbo_samples,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        layer_sizes=args.layer_sizes,
+        num_factors=args.num_factors,
+        eval_samples=args.eval_samples,
+        refit_steps=args.refit_steps,
+        chunk_size=args.chunk_size,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=args.checkpoint_seconds,
+    )
+
+
+def _print_metrics(metrics: dict, out) -> None:
+    ll = metrics.get("test_loglik_per_entry", {})
+    lines = [
+        f"{metrics.get('estimator')} on {metrics.get('dataset')}: {metrics.get('iterations')} iterations, "
+        f"{metrics.get('time_per_iteration_s', float('nan')):.4g} s/iteration, eta {metrics.get('eta')}",
+        f"  final ELBO (mean of the last 10%): {metrics.get('final_elbo', float('nan')):.6g}",
+    ]
+    if ll:
+        lines.append(f"  test log-likelihood per entry: {ll['mean']:.5g} ± {ll['std']:.2g}")
+    if "perplexity" in metrics:
+        lines.append(f"  held-out perplexity: {metrics['perplexity']:.2f}")
+    lines.append(f"  results in {out}")
+    print("\n".join(lines))
+
+
+def _run(args) -> int:
+    from grepvi import experiments, report
+
+    if args.command == "fit":
+        metrics = experiments.fit_run(
+            _config(args, args.estimator),
+            args.out,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+        )
+        _print_metrics(metrics, args.out)
+    elif args.command == "compare":
+        summary = experiments.compare(
+            _config(args, args.estimators[0] if args.estimators else "grep"),
+            args.estimators,
+            args.out,
+            search_eta=args.eta_search,
+            etas=args.etas,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+        )
+        print(summary["markdown"])
+        print(f"tables and figures in {args.out}")
+    elif args.command == "samples":
+        config = _config(args, args.estimator)
+        if config.num_steps is None and config.time_budget is None:
+            config.num_steps = 200
+        summary = experiments.samples_sweep(
+            config,
+            args.sample_counts,
+            args.out,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+        )
+        print(summary["markdown"])
+    elif args.command == "demo":
+        summary = experiments.demo(
+            args.out,
+            estimators=args.estimators,
+            seed=args.seed,
+            time_budget=args.time_budget,
+            overwrite=args.overwrite,
+            quiet=args.quiet,
+        )
+        print(summary["markdown"])
+        print("figures:")
+        for figure in summary["figures"]:
+            print(f"  {figure}")
+    elif args.command == "report":
+        out = args.out
+        if out is None:
+            if len(args.runs) != 1:
+                raise GrepviError("report: give --out when reporting several folders")
+            out = args.runs[0]
+        summary = report.build_report(args.runs, out)
+        print(summary["markdown"])
+        print(f"tables and figures in {Path(out)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit code (also when called from Python)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    _enable_compilation_cache()
+    from grepvi.runs import RunInterrupted
+
+    try:
+        return _run(args)
+    except RunInterrupted as error:
+        print(f"grepvi: {error}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except GrepviError as error:
+        print(f"grepvi {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("grepvi: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,682 @@
+"""The paper's experiments: a model, a data set and an estimator wired into a resumable run.
+
+Ruiz, Titsias & Blei (2016), Section 5: the sparse gamma DEF on Olivetti faces and NIPS 2011,
+beta-gamma matrix factorization on binarized MNIST and Omniglot; G-REP, BBVI and ADVI with the
+step-size sequence of Eq. 9, ``eta`` chosen from {0.1, 0.5, 1, 5} by the best final ELBO.
+
+* :class:`RunConfig`: every option of one run (what ``config.json`` records).
+* :func:`fit_run`: one run into a folder (checkpoints, resume, trace, metrics, figures).
+* :func:`compare`: several estimators (optionally each with the eta search) and the report.
+* :func:`samples_sweep`: G-REP with 1, 2, 5, 10, 20 samples (supplement, Fig. 3).
+* :func:`demo`: a small comparison on data simulated from the sparse gamma DEF, no download.
+"""
+
+import dataclasses
+import io
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grepvi import evaluation
+from grepvi.errors import ConfigError, DataError
+from grepvi.estimators.base import get_estimator
+from grepvi.inference import _check_target, init
+from grepvi.optim import advi_stepsize
+from grepvi.runs import (
+    METRICS_FILE,
+    PARAMS_FILE,
+    RECONSTRUCTION_FILE,
+    RunDirectory,
+    RunInterrupted,
+    TraceRecorder,
+    atomic_write_bytes,
+    environment_versions,
+    median_time_per_iteration,
+    read_json,
+    save_params,
+    train,
+    write_json,
+)
+
+__all__ = [
+    "MODELS",
+    "ESTIMATORS",
+    "ETA_GRID",
+    "PAPER_ETA",
+    "RunConfig",
+    "load_data",
+    "build_model",
+    "make_estimator",
+    "fit_run",
+    "eta_search",
+    "compare",
+    "samples_sweep",
+    "demo",
+]
+
+MODELS = ("sparse-gamma-def", "beta-gamma-mf")
+ESTIMATORS = ("grep", "bbvi", "advi", "implicit", "rsvi")
+ETA_GRID = (0.1, 0.5, 1.0, 5.0)
+SYNTHETIC = "synthetic"
+# Table 1 (left) of the paper: the eta that gave the best ELBO.
+PAPER_ETA = {
+    ("olivetti", "grep"): 5.0,
+    ("olivetti", "bbvi"): 1.0,
+    ("olivetti", "advi"): 0.1,
+    ("nips", "grep"): 0.5,
+    ("nips", "bbvi"): 5.0,
+    ("nips", "advi"): 1.0,
+    ("mnist", "grep"): 5.0,
+    ("mnist", "bbvi"): 5.0,
+    ("mnist", "advi"): 0.1,
+    ("omniglot", "grep"): 5.0,
+    ("omniglot", "advi"): 0.1,
+}
+DEFAULT_ETA = 0.5
+# The sparse gamma DEF that simulates the "synthetic" data: the paper's priors (shape 0.1) give
+# rows that are almost all zeros with a few counts in the hundreds; these give counts of a few
+# units (about 40% zeros), images worth looking at. The fitted model keeps the paper's priors.
+SYNTHETIC_SPARSE_GAMMA = {
+    "alpha_z": 1.0,
+    "weight_shape": 0.3,
+    "weight_rate": 1.0,
+    "top_shape": 1.0,
+    "top_rate": 1.0,
+}
+# Options that do not change the result (left out of a run's identity).
+_NOT_IDENTITY = ("data_dir", "checkpoint_every", "checkpoint_seconds")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Every option of one run.
+
+    Attributes:
+      model: "sparse-gamma-def" or "beta-gamma-mf".
+      dataset: "olivetti", "nips", "mnist", "omniglot", "synthetic" (simulated from the model)
+        or a path to a data file.
+      estimator: a registered estimator name ("grep", "bbvi", "advi", "implicit", "rsvi").
+      num_steps / time_budget: stop after this many iterations / seconds of training time
+        (at least one of them).
+      step_size: ``eta`` of Eq. 9 (None: the paper's value for this data set and estimator,
+        else 0.5).
+      num_samples: draws per gradient (None: the estimator's default; paper: 1, BBVI 30).
+      elbo_samples: draws of the ELBO reported per iteration, evaluated outside the timed
+        region (None: 20 for ADVI, 1 for ADVI on Omniglot, as in the paper; the other
+        estimators report the ELBO of their gradient draws).
+      eval_samples: posterior draws of the held-out log-likelihood (paper: 100).
+      refit_steps: iterations fitting the test rows' local latents (``q(W)`` fixed).
+      chunk_size: iterations per compiled chunk (also: how often the perplexity is computed).
+      compute_variance: record the average gradient variance (needs ``num_samples > 1``).
+    """
+
+    model: str
+    dataset: str
+    estimator: str
+    num_steps: int | None = None
+    time_budget: float | None = None
+    step_size: float | None = None
+    num_samples: int | None = None
+    elbo_samples: int | None = None
+    seed: int = 0
+    data_dir: str | None = None
+    layer_sizes: tuple[int, ...] = (100, 40, 15)
+    num_factors: int = 100
+    eval_samples: int = 100
+    refit_steps: int = 200
+    chunk_size: int = 10
+    compute_variance: bool = False
+    synthetic_size: tuple[int, int, int] = (100, 25, 64)
+    checkpoint_every: int = 0
+    checkpoint_seconds: float = 60.0
+
+    def validate(self) -> "RunConfig":
+        """Checks every option; returns a copy with the defaults resolved."""
+        config = dataclasses.replace(self)
+        if config.model not in MODELS:
+            raise ConfigError(f"--model: unknown model {config.model!r}; expected one of {', '.join(MODELS)}")
+        from grepvi.estimators import estimator_names
+
+        if config.estimator not in estimator_names():
+            raise ConfigError(
+                f"--estimator: unknown estimator {config.estimator!r}; "
+                f"expected one of {', '.join(ESTIMATORS)}"
+            )
+        if config.num_steps is None and config.time_budget is None:
+            raise ConfigError("give --num-steps N or --time-budget SECONDS (or both)")
+        if config.num_steps is not None:
+            config.num_steps = _positive_int(config.num_steps, "--num-steps")
+        if config.time_budget is not None:
+            config.time_budget = _positive_float(config.time_budget, "--time-budget")
+        if config.step_size is None:
+            config.step_size = PAPER_ETA.get((str(config.dataset).lower(), config.estimator), DEFAULT_ETA)
+        config.step_size = _positive_float(config.step_size, "--step-size")
+        if config.num_samples is not None:
+            config.num_samples = _positive_int(config.num_samples, "--num-samples")
+        if config.elbo_samples is None and config.estimator == "advi":
+            config.elbo_samples = 1 if str(config.dataset).lower() == "omniglot" else 20
+        if config.elbo_samples is not None:
+            config.elbo_samples = _positive_int(config.elbo_samples, "--elbo-samples")
+        config.seed = _non_negative_int(config.seed, "--seed")
+        config.eval_samples = _positive_int(config.eval_samples, "--eval-samples")
+        config.refit_steps = _non_negative_int(config.refit_steps, "--refit-steps")
+        config.chunk_size = _positive_int(config.chunk_size, "--chunk-size")
+        config.layer_sizes = tuple(_positive_int(k, "--layer-sizes") for k in _as_tuple(config.layer_sizes))
+        if not config.layer_sizes:
+            raise ConfigError("--layer-sizes: expected at least one layer, e.g. 100,40,15")
+        config.num_factors = _positive_int(config.num_factors, "--num-factors")
+        config.synthetic_size = tuple(
+            _positive_int(k, "synthetic size") for k in _as_tuple(config.synthetic_size)
+        )
+        if len(config.synthetic_size) != 3:
+            raise ConfigError("synthetic size: expected (train rows, test rows, columns)")
+        config.checkpoint_every = _non_negative_int(config.checkpoint_every, "--checkpoint-every")
+        config.checkpoint_seconds = float(config.checkpoint_seconds)
+        if not config.checkpoint_seconds >= 0:
+            raise ConfigError(
+                f"--checkpoint-seconds: expected a number >= 0, found {self.checkpoint_seconds!r}"
+            )
+        if config.compute_variance and (config.num_samples or 1) < 2 and config.estimator != "bbvi":
+            raise ConfigError("the gradient variance needs --num-samples of at least 2")
+        return config
+
+    def options(self) -> dict:
+        return {
+            key: (list(value) if isinstance(value, tuple) else value)
+            for key, value in dataclasses.asdict(self).items()
+        }
+
+    def identity(self) -> dict:
+        """The options that determine the result (``config.json``'s ``identity``)."""
+        options = self.options()
+        if self.model == "sparse-gamma-def":
+            options.pop("num_factors")
+        else:
+            options.pop("layer_sizes")
+        if str(self.dataset).lower() != SYNTHETIC:
+            options.pop("synthetic_size")
+        for key in _NOT_IDENTITY:
+            options.pop(key, None)
+        return options
+
+
+# --- building blocks ----------------------------------------------------------------------------
+
+
+def _as_tuple(value):
+    if isinstance(value, str):
+        try:
+            return tuple(int(part) for part in value.split(",") if part.strip())
+        except ValueError as error:
+            raise ConfigError(f"expected comma-separated integers, found {value!r}") from error
+    if isinstance(value, int | np.integer):
+        return (int(value),)
+    return tuple(value)
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}: expected a positive integer, found {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{name}: expected a positive integer, found {value!r}") from error
+    if not math.isfinite(number) or number != int(number) or number < 1:
+        raise ConfigError(f"{name}: expected a positive integer, found {value!r}")
+    return int(number)
+
+
+def _non_negative_int(value, name):
+    if value == 0 and not isinstance(value, bool):
+        return 0
+    return _positive_int(value, name.replace("positive", "non-negative"))
+
+
+def _positive_float(value, name):
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{name}: expected a positive number, found {value!r}") from error
+    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
+        raise ConfigError(f"{name}: expected a positive number, found {value!r}")
+    return number
+
+
+_LIKELIHOOD = {"sparse-gamma-def": "poisson", "beta-gamma-mf": "bernoulli"}
+
+
+def _builder(config: RunConfig):
+    from grepvi.models import beta_gamma_mf, sparse_gamma_def
+
+    if config.model == "sparse-gamma-def":
+        return lambda data: sparse_gamma_def(data, layer_sizes=config.layer_sizes)
+    return lambda data: beta_gamma_mf(data, num_factors=config.num_factors)
+
+
+def _synthetic(config: RunConfig):
+    """Train/test rows simulated from the model's prior (``Model.sample``), shared weights."""
+    from grepvi.data import Dataset
+    from grepvi.models import beta_gamma_mf, sparse_gamma_def
+
+    num_train, num_test, num_columns = config.synthetic_size
+    zeros = np.zeros((num_train + num_test, num_columns), np.float32)
+    if config.model == "sparse-gamma-def":
+        model = sparse_gamma_def(zeros, layer_sizes=config.layer_sizes, **SYNTHETIC_SPARSE_GAMMA)
+    else:
+        model = beta_gamma_mf(zeros, num_factors=config.num_factors)
+    data, _ = model.sample(jax.random.fold_in(jax.random.key(config.seed), 2016))
+    data = np.asarray(data, np.float32)
+    side = int(round(math.sqrt(num_columns)))
+    return Dataset(
+        name=SYNTHETIC,
+        train=data[:num_train],
+        test=data[num_train:],
+        likelihood=_LIKELIHOOD[config.model],
+        image_shape=(side, side) if side * side == num_columns else None,
+        heldout_entries=False,
+        info={
+            "source": f"simulated from the {config.model} (Model.sample), seed {config.seed}",
+            "generating_hyperparameters": dict(model.hyperparameters),
+            "num_train": num_train,
+            "num_test": num_test,
+            "num_columns": num_columns,
+        },
+    )
+
+
+def load_data(config: RunConfig):
+    """The :class:`~grepvi.data.Dataset` of ``config`` (loaded, or simulated for "synthetic")."""
+    if str(config.dataset).lower() == SYNTHETIC:
+        return _synthetic(config)
+    from grepvi.data import load_dataset
+
+    dataset = load_dataset(config.dataset, config.data_dir, seed=config.seed)
+    expected = _LIKELIHOOD[config.model]
+    if dataset.likelihood != expected:
+        raise DataError(
+            f"--dataset {config.dataset}: the {config.model} model needs {expected} data, found "
+            f"{dataset.likelihood} data (use the "
+            f"{'beta-gamma-mf' if expected == 'poisson' else 'sparse-gamma-def'} model)"
+        )
+    return dataset
+
+
+def build_model(config: RunConfig, data):
+    return _builder(config)(data)
+
+
+def make_estimator(config: RunConfig):
+    """The estimator of the run; ADVI's own ELBO draws are off (the loop evaluates the ELBO)."""
+    options = {}
+    if config.num_samples is not None:
+        options["num_samples"] = config.num_samples
+    if config.compute_variance:
+        options["compute_variance"] = True
+    if config.estimator == "advi":
+        options["num_elbo_samples"] = 0
+    return get_estimator(config.estimator, **options)
+
+
+# --- one run --------------------------------------------------------------------------------------
+
+
+def _say(message: str, quiet: bool) -> None:
+    if not quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
+def fit_run(
+    config: RunConfig, out, *, resume: bool = False, overwrite: bool = False, quiet: bool = False
+) -> dict:
+    """Runs one experiment into the folder ``out`` and returns its metrics.
+
+    Everything that can be refused (options, data, the folder's contents, the checkpoint) is
+    checked before the folder is touched. SIGINT writes a checkpoint and the metrics so far and
+    raises :class:`~grepvi.runs.RunInterrupted`.
+    """
+    config = config.validate()
+    identity = config.identity()
+    directory = RunDirectory(out)
+    mode = directory.check(identity, resume=resume, overwrite=overwrite)
+    if mode == "resume" and directory.file(METRICS_FILE).exists():
+        metrics = read_json(directory.file(METRICS_FILE))
+        if metrics.get("finished"):
+            _say(f"{out}: the run is already finished; nothing to do", quiet)
+            return metrics
+
+    dataset = load_data(config)
+    model = build_model(config, dataset.train)
+    estimator = make_estimator(config)
+    families = estimator.adapt_families(model.latents())
+    target = model.target(families)
+    optimizer = advi_stepsize(config.step_size)
+    state = init(jax.random.key(config.seed), target, optimizer)
+    _check_target(target, state.params)
+
+    trace = TraceRecorder()
+    wall_time = 0.0
+    if mode == "resume":
+        restored = directory.load_checkpoint(state, identity)
+        if restored is not None:
+            state, trace, meta = restored
+            wall_time = float(meta.get("wall_time", 0.0))
+            _say(f"resuming {out} at iteration {int(state.iteration)} ({wall_time:.1f} s of training)", quiet)
+    else:
+        directory.clear()
+    directory.prepare()
+    if mode == "fresh" or not directory.file("config.json").exists():
+        write_json(
+            directory.file("config.json"),
+            {
+                "identity": identity,
+                "options": config.options(),
+                "seed": config.seed,
+                "versions": environment_versions(),
+                "dataset": {
+                    "name": dataset.name,
+                    "likelihood": dataset.likelihood,
+                    "train_shape": list(dataset.train.shape),
+                    "test_shape": list(dataset.test.shape),
+                    "image_shape": None if dataset.image_shape is None else list(dataset.image_shape),
+                    "heldout_entries": dataset.heldout_entries,
+                    "info": dataset.info,
+                },
+                "estimator_options": estimator.options,
+                "latent_shapes": {name: list(shape) for name, shape in model.latent_shapes.items()},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
+
+    eval_key = jax.random.fold_in(jax.random.key(config.seed), 1_000_003)
+    elbo_fn = None
+    if config.elbo_samples is not None:
+        num = config.elbo_samples
+
+        @jax.jit
+        def elbo_fn(iterations, params_per_iteration):
+            def one(args):
+                iteration, params = args
+                return evaluation.elbo_estimate(jax.random.fold_in(eval_key, iteration), params, target, num)
+
+            return jax.lax.map(one, (jnp.asarray(iterations, jnp.int32), params_per_iteration))
+
+    chunk_eval_fn = None
+    if dataset.heldout_entries:
+        heldout = jnp.asarray(dataset.test, jnp.float32)
+
+        @jax.jit
+        def perplexity_one(params, iteration):
+            key = jax.random.fold_in(jax.random.fold_in(eval_key, 7), iteration)
+            latents = evaluation.sample_latents(key, target.families, params)
+            return evaluation.perplexity_from_rates(model.mean_observation(latents), heldout)
+
+        def chunk_eval_fn(current):
+            return {"perplexity": perplexity_one(current.params, current.iteration)}
+
+    def checkpoint_fn(current, current_trace, current_wall_time):
+        directory.save_checkpoint(current, current_trace, identity, {"wall_time": current_wall_time})
+
+    result = train(
+        state,
+        target,
+        estimator,
+        optimizer,
+        num_steps=config.num_steps,
+        time_budget=config.time_budget,
+        chunk_size=config.chunk_size,
+        trace=trace,
+        wall_time=wall_time,
+        elbo_fn=elbo_fn,
+        chunk_eval_fn=chunk_eval_fn,
+        checkpoint_fn=checkpoint_fn,
+        checkpoint_every=config.checkpoint_every,
+        checkpoint_seconds=config.checkpoint_seconds,
+        progress=not quiet,
+        description=f"{config.estimator} {dataset.name}",
+    )
+    arrays = result.trace.as_arrays()
+    elbo = arrays.get("elbo", np.zeros(0))
+    metrics = {
+        "estimator": config.estimator,
+        "model": config.model,
+        "dataset": dataset.name,
+        "eta": config.step_size,
+        "iterations": int(result.state.iteration),
+        "training_time_s": result.wall_time,
+        "time_per_iteration_s": median_time_per_iteration(arrays),
+        "final_elbo": evaluation.best_final_elbo(elbo),
+        "last_elbo": float(elbo[-1]) if elbo.size else math.nan,
+        "skipped_steps": int(result.state.num_skipped),
+        "finished": False,
+        "interrupted": result.interrupted,
+    }
+    if "perplexity" in arrays:
+        finite = arrays["perplexity"][np.isfinite(arrays["perplexity"])]
+        metrics["perplexity_last"] = float(finite[-1]) if finite.size else math.nan
+    if result.interrupted:
+        write_json(directory.file(METRICS_FILE), metrics)
+        raise RunInterrupted(
+            f"interrupted at iteration {metrics['iterations']}; checkpoint and metrics so far written to "
+            f"{out}; continue with the same command and --resume"
+        )
+
+    save_params(directory.file(PARAMS_FILE), result.state.params)
+    _say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)
+    metrics.update(
+        _evaluate(config, dataset, model, estimator, target.families, result.state.params, directory)
+    )
+    metrics["finished"] = True
+    write_json(directory.file(METRICS_FILE), metrics)
+    from grepvi import report
+
+    report.run_figures(directory.path)
+    return metrics
+
+
+def _evaluate(config, dataset, model, estimator, families, params, directory) -> dict:
+    key = jax.random.fold_in(jax.random.key(config.seed), 2_000_003)
+    test_key, perplexity_key, reconstruction_key = jax.random.split(key, 3)
+    out = {}
+    start = time.perf_counter()
+    if dataset.heldout_entries:
+        # Held-out entries of the training rows: no refit.
+        x = jnp.asarray(dataset.test, jnp.float32)
+        loglik = evaluation.predictive_loglik(
+            test_key,
+            lambda latents: model.observation_loglik(latents, x),
+            families,
+            params,
+            config.eval_samples,
+        )
+        perplexities = evaluation.heldout_perplexity(
+            perplexity_key, model, families, params, x, config.eval_samples
+        )
+        out["perplexity"] = float(np.mean(perplexities))
+        out["perplexity_std"] = float(np.std(perplexities, ddof=1)) if perplexities.size > 1 else 0.0
+        out["refit_steps"] = 0
+    else:
+        loglik = evaluation.heldout_loglik(
+            test_key,
+            model,
+            families,
+            params,
+            dataset.test,
+            estimator,
+            num_samples=config.eval_samples,
+            refit_steps=config.refit_steps,
+            step_size=config.step_size,
+        )
+        out["refit_steps"] = config.refit_steps
+        out["refit_final_elbo"] = evaluation.best_final_elbo(loglik.refit_elbo)
+    out["test_loglik_per_entry"] = loglik.as_dict()
+    out["test_loglik_logmeanexp"] = loglik.logmeanexp
+    out["eval_samples"] = config.eval_samples
+    out["evaluation_time_s"] = time.perf_counter() - start
+    if dataset.image_shape is not None:
+        # Supplement E.2: one posterior draw, then the mean of the observations given it.
+        count = min(10, dataset.train.shape[0])
+        latents = evaluation.sample_latents(reconstruction_key, families, params)
+        buffer = io.BytesIO()
+        np.savez(
+            buffer,
+            true=np.asarray(dataset.train[:count], np.float32),
+            reconstruction=np.asarray(model.mean_observation(latents), np.float32)[:count],
+            image_shape=np.asarray(dataset.image_shape),
+        )
+        atomic_write_bytes(directory.file(RECONSTRUCTION_FILE), buffer.getvalue())
+    return out
+
+
+# --- several runs ------------------------------------------------------------------------------
+
+
+def _eta_dir(out, eta) -> Path:
+    return Path(out) / f"eta_{eta:g}"
+
+
+def _check_all(plans, resume, overwrite) -> None:
+    """Validates every (config, folder) of a multi-run command before any run starts."""
+    for config, out in plans:
+        checked = config.validate()
+        RunDirectory(out).check(checked.identity(), resume=resume, overwrite=overwrite)
+
+
+def eta_search(
+    config: RunConfig, out, etas=ETA_GRID, *, resume=False, overwrite=False, quiet=False, checked=False
+) -> tuple[Path, dict]:
+    """Runs ``config`` once per ``eta`` (into ``out/eta_<eta>``) and picks the best final ELBO
+    (mean of the last 10% of the trace), as the paper's Table 1 does.
+
+    Returns the chosen run's folder and ``{eta: final ELBO}``; writes ``out/eta_search.json``.
+    """
+    etas = tuple(_positive_float(eta, "--etas") for eta in etas)
+    plans = [(dataclasses.replace(config, step_size=eta), _eta_dir(out, eta)) for eta in etas]
+    if not checked:
+        _check_all(plans, resume, overwrite)
+    scores = {}
+    for run_config, run_out in plans:
+        _say(f"eta search: {config.estimator}, eta = {run_config.step_size:g}", quiet)
+        metrics = fit_run(run_config, run_out, resume=resume, overwrite=overwrite, quiet=quiet)
+        scores[run_config.step_size] = metrics["final_elbo"]
+    best = max(scores, key=lambda eta: scores[eta] if math.isfinite(scores[eta]) else -math.inf)
+    write_json(
+        Path(out) / "eta_search.json",
+        {
+            "estimator": config.estimator,
+            "criterion": "mean ELBO over the last 10% of iterations",
+            "final_elbo": {f"{eta:g}": value for eta, value in scores.items()},
+            "best_eta": best,
+            "best_run": str(_eta_dir(out, best)),
+        },
+    )
+    return _eta_dir(out, best), scores
+
+
+def compare(
+    config: RunConfig,
+    estimators,
+    out,
+    *,
+    search_eta: bool = False,
+    etas=ETA_GRID,
+    resume=False,
+    overwrite=False,
+    quiet=False,
+) -> dict:
+    """Runs each estimator on the same model and data (``out/<estimator>``; with the eta search
+    ``out/<estimator>/eta_<eta>``), then writes the paper's tables and figures into ``out``.
+
+    Returns the report's summary (see :func:`grepvi.report.build_report`).
+    """
+    from grepvi import report
+
+    estimators = [name.strip() for name in estimators if name.strip()]
+    if not estimators:
+        raise ConfigError("--estimators: expected a comma-separated list, e.g. grep,advi,bbvi")
+    if len(set(estimators)) != len(estimators):
+        raise ConfigError(f"--estimators: repeated names in {','.join(estimators)}")
+    plans = []
+    for name in estimators:
+        run_config = dataclasses.replace(config, estimator=name)
+        if search_eta:
+            plans += [
+                (dataclasses.replace(run_config, step_size=eta), _eta_dir(Path(out) / name, eta))
+                for eta in etas
+            ]
+        else:
+            plans.append((run_config, Path(out) / name))
+    _check_all(plans, resume, overwrite)
+    chosen = []
+    for name in estimators:
+        run_config = dataclasses.replace(config, estimator=name)
+        if search_eta:
+            best, _ = eta_search(
+                run_config,
+                Path(out) / name,
+                etas,
+                resume=resume,
+                overwrite=overwrite,
+                quiet=quiet,
+                checked=True,
+            )
+            chosen.append(best)
+        else:
+            fit_run(run_config, Path(out) / name, resume=resume, overwrite=overwrite, quiet=quiet)
+            chosen.append(Path(out) / name)
+    return report.build_report(chosen, out)
+
+
+def samples_sweep(
+    config: RunConfig, sample_counts, out, *, resume=False, overwrite=False, quiet=False
+) -> dict:
+    """G-REP with several numbers of samples per gradient, recording the ELBO and the average
+    gradient variance (supplement E.1, Fig. 3: Olivetti, 1/2/5/10/20 samples, 200 iterations).
+
+    Runs go to ``out/samples_<S>``; the figure and a table to ``out``.
+    """
+    from grepvi import report
+
+    counts = [_positive_int(count, "--sample-counts") for count in sample_counts]
+    plans = [
+        (
+            dataclasses.replace(config, num_samples=count, compute_variance=count > 1),
+            Path(out) / f"samples_{count}",
+        )
+        for count in counts
+    ]
+    _check_all(plans, resume, overwrite)
+    for run_config, run_out in plans:
+        _say(f"samples sweep: {run_config.estimator} with {run_config.num_samples} samples", quiet)
+        fit_run(run_config, run_out, resume=resume, overwrite=overwrite, quiet=quiet)
+    return report.build_report([run_out for _, run_out in plans], out)
+
+
+DEMO_ESTIMATORS = ("grep", "advi", "bbvi")
+
+
+def demo_config(seed: int = 0, time_budget: float = 10.0) -> RunConfig:
+    """The demo: a 2-layer sparse gamma DEF (8, 4) on 100 + 25 rows of 8x8 counts simulated
+    from the model itself, ``time_budget`` seconds of training per estimator."""
+    return RunConfig(
+        model="sparse-gamma-def",
+        dataset=SYNTHETIC,
+        estimator="grep",
+        time_budget=time_budget,
+        step_size=0.5,
+        seed=seed,
+        layer_sizes=(8, 4),
+        synthetic_size=(100, 25, 64),
+        eval_samples=100,
+        refit_steps=100,
+        checkpoint_seconds=0.0,
+    )
+
+
+def demo(out, *, estimators=DEMO_ESTIMATORS, seed=0, time_budget=10.0, overwrite=False, quiet=False) -> dict:
+    """G-REP against ADVI (and BBVI) on simulated data; returns the report summary."""
+    return compare(demo_config(seed, time_budget), estimators, out, overwrite=overwrite, quiet=quiet)
