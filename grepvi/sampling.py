@@ -1,0 +1,270 @@
+r"""Fast draws of ``log z`` for ``z ~ Gamma(alpha, 1)``, exact in log space.
+
+G-REP (Ruiz, Titsias & Blei 2016) needs one draw per variational gamma element per iteration
+(about 460,000 for the paper's sparse gamma DEF) and no gradient through the draw: the
+gradient flows through the standardization ``eps = T^{-1}(z; v)``, so the draw is wrapped in
+:func:`jax.lax.stop_gradient`. :func:`jax.random.gamma` runs a rejection ``while_loop`` per
+element and is about 20 times slower on CPU.
+
+Method (Marsaglia & Tsang 2000). For ``alpha >= 1`` let ``d = alpha - 1/3``,
+``c = 1 / sqrt(9 d)``, ``x ~ N(0, 1)``, ``u ~ U(0, 1)`` and ``v = (1 + c x)^3``. The proposal
+``d v`` is accepted when ``v > 0`` and
+
+.. math::
+
+    \log u < \tfrac12 x^2 + d - d v + d \log v
+           = 3 d \,\big(\log(1 + y) - y + y^2/2 - y^3/3\big), \qquad y = c x,
+
+or by the cheap squeeze ``u < 1 - 0.0331 x^4``, a lower bound of the same test. The right-hand
+form (an identity, since ``x^2 = 9 d y^2``) has no cancellation for large ``d``; near ``y = 0``
+it is summed as the series ``-y^4/4 + y^5/5 - ...``. The draw is
+``log z = log d + 3 log1p(c x)``. A proposal is accepted with probability 0.9516 at
+``alpha = 1`` (the minimum), rising towards 1 as ``alpha`` grows.
+
+For ``alpha < 1`` the boost ``z = g u^{1/alpha}``, with ``g ~ Gamma(alpha + 1)`` and an
+independent ``u ~ U(0, 1)``, is applied in log space,
+
+.. math::
+
+    \log z = \log g + \frac{\log u}{\alpha},
+
+so ``alpha = 1e-3`` gives a finite ``log z`` near ``-1e3`` where ``z`` underflows float32.
+
+Vectorization, in two stages; keeping the first accepted proposal per element is exactly
+the sequential rejection sampler, so the stages change the cost, not the distribution.
+
+1. One proposal for every element; at least 95% accept.
+2. A :func:`jax.lax.while_loop` runs while any element is pending. Each round compacts the
+   pending elements (``jnp.nonzero`` with a static size of ``n/16 + 64``, at least 8 standard
+   deviations above the worst-case 4.84% for any ``n``) and gives each ``num_proposals`` (4)
+   proposals at once. One round nearly always suffices: an element is left after it with
+   probability ``0.0484^5 = 3e-7``, so about one call in eight needs a second round at
+   460,000 elements.
+
+Drawing 4 proposals for every element instead takes about 1.5 times as long: on CPU,
+``jax.random.bits`` (Threefry, a rolled loop) and ``erfinv`` dominate, not the acceptance test.
+
+Uniforms are made from random bits on the open interval ``(0, 1)``, ``(k + 1/2) 2^-23`` in
+float32 (``2^-52`` in float64), so ``log u`` is never ``-inf``: ``-log u`` is capped at
+``24 log 2 = 16.6`` in float32 (36.7 in float64), a truncation of the exponential tail of
+probability ``6e-8`` (``1e-16``). ``log z`` is finite for every ``alpha`` down to about
+``1e-37`` in float32.
+
+References:
+  G. Marsaglia and W. W. Tsang, "A simple method for generating gamma variables",
+  ACM Transactions on Mathematical Software 26(3), 363-372, 2000.
+  F. J. R. Ruiz, M. K. Titsias and D. M. Blei, "The generalized reparameterization gradient",
+  NeurIPS 2016.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grepvi.errors import ConfigError
+
+__all__ = ["log_gamma", "log_gamma_reference"]
+
+# Below this |y| the acceptance exponent uses its series (see _log1p_remainder).
+_SERIES_THRESHOLD = 0.1
+
+
+def log_gamma(rng_key, shape, sample_shape=(), dtype=None, num_proposals=4):
+    r"""Draw ``log z`` for ``z ~ Gamma(shape, 1)`` (Marsaglia-Tsang in log space).
+
+    .. math::
+
+        p(z) = \frac{z^{\alpha - 1} e^{-z}}{\Gamma(\alpha)}, \qquad
+        \mathbb{E}[\log z] = \psi(\alpha), \qquad
+        \operatorname{Var}[\log z] = \psi_1(\alpha).
+
+    Divide by a rate ``beta`` by subtracting ``log beta``. The result is wrapped in
+    :func:`jax.lax.stop_gradient`: no gradient flows to ``shape`` (G-REP differentiates the
+    standardization, not the sampler). Works under ``jit`` and ``vmap`` and is a deterministic
+    function of ``rng_key``.
+
+    Args:
+      rng_key: a ``jax.random`` key (typed or raw ``uint32``).
+      shape: concentration ``alpha > 0``, any array shape. ``alpha <= 0`` or NaN gives NaN,
+        ``alpha = inf`` gives ``inf``.
+      sample_shape: leading shape of independent draws; the output shape is
+        ``sample_shape + shape.shape``.
+      dtype: ``float32`` or ``float64``. ``None`` takes the dtype of a floating ``shape``, else
+        JAX's default float (``float64`` under ``jax_enable_x64``). ``float64`` without x64
+        falls back to ``float32``, as in ``jax.random``.
+      num_proposals: proposals drawn at once, per round of the ``while_loop``, for each element
+        the first proposal left pending (stage 2 in the module docstring). Exposed for tests:
+        with ``1``, about ``0.0484^2`` = 0.2% of the elements at ``alpha = 1`` still need a
+        second round.
+
+    Returns:
+      Array of ``log z`` with shape ``sample_shape + jnp.shape(shape)`` and dtype ``dtype``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> log_z = log_gamma(jax.random.key(0), jnp.array([1e-3, 0.5, 30.0]), (2,))
+      >>> log_z.shape, bool(jnp.isfinite(log_z).all())
+      ((2, 3), True)
+    """
+    dtype = _resolve_dtype(shape, dtype)
+    if int(num_proposals) < 1:
+        raise ConfigError(f"num_proposals must be a positive integer, got {num_proposals!r}")
+    shape = jax.lax.stop_gradient(jnp.asarray(shape, dtype))
+    sample_shape = tuple(int(size) for size in sample_shape)
+    return _log_gamma(rng_key, shape, sample_shape, int(num_proposals))
+
+
+def log_gamma_reference(rng_key, shape, sample_shape=()):
+    """``log z`` for ``z ~ Gamma(shape, 1)`` by :func:`jax.random.loggamma`, for comparison.
+
+    Same distribution and output shape as :func:`log_gamma` (not the same draws); it runs a
+    per-element rejection ``while_loop`` and is an order of magnitude slower on CPU.
+    """
+    shape = jax.lax.stop_gradient(jnp.asarray(shape, _resolve_dtype(shape, None)))
+    out_shape = tuple(sample_shape) + shape.shape
+    return jax.lax.stop_gradient(jax.random.loggamma(rng_key, shape, out_shape, dtype=shape.dtype))
+
+
+def _resolve_dtype(shape, dtype):
+    if dtype is None:
+        shape_dtype = getattr(shape, "dtype", None)
+        if shape_dtype is not None and jnp.issubdtype(shape_dtype, jnp.floating):
+            dtype = shape_dtype
+        else:
+            dtype = jnp.result_type(float)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ConfigError(f"dtype must be float32 or float64, got {dtype}")
+    return dtype
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _log_gamma(rng_key, shape, sample_shape, num_proposals):
+    out_shape = sample_shape + shape.shape
+    dtype = shape.dtype
+    alpha = jnp.broadcast_to(shape, out_shape).ravel()
+    if alpha.size == 0:
+        return alpha.reshape(out_shape)
+    key_first, key_pending, key_boost = jax.random.split(rng_key, 3)
+
+    is_boosted = alpha < 1
+    boosted_alpha = jnp.where(is_boosted, alpha + 1, alpha)
+    # Non-positive, NaN or infinite shapes never accept; they are excluded from `pending`.
+    is_regular = (alpha > 0) & (alpha < jnp.inf)
+
+    # Stage 1: one proposal for every element (at least 95% accept).
+    log_g = _marsaglia_tsang(key_first, boosted_alpha, 1)
+    # Stage 2 (and, rarely, more rounds): the pending elements, compacted.
+    log_g = _finish_pending(key_pending, boosted_alpha, log_g, jnp.isnan(log_g) & is_regular, num_proposals)
+
+    log_uniform = jnp.log(_open_uniform(key_boost, alpha.shape, dtype))
+    log_z = log_g + jnp.where(is_boosted, log_uniform / alpha, 0)
+    log_z = jnp.where(is_regular, log_z, jnp.where(alpha == jnp.inf, jnp.inf, jnp.nan))
+    return jax.lax.stop_gradient(log_z.reshape(out_shape))
+
+
+def _marsaglia_tsang(rng_key, alpha, num_proposals):
+    """``log g`` from the first accepted of ``num_proposals`` proposals (``alpha >= 1``).
+
+    The proposals are drawn at once along a new leading axis; elements where none was
+    accepted are NaN. (One NaN-marked output lets XLA fuse a proposal into a single loop; a
+    separate boolean output makes it compute the proposal twice.)
+    """
+    dtype = alpha.dtype
+    d = alpha - 1 / 3
+    c = jax.lax.rsqrt(9 * d)
+    key_normal, key_uniform = jax.random.split(rng_key)
+    proposal_shape = (num_proposals,) + alpha.shape
+    normal = _standard_normal(key_normal, proposal_shape, dtype)
+    uniform = _open_uniform(key_uniform, proposal_shape, dtype)
+    log_v, accepted = _proposal(normal, uniform, d, c)
+    log_g = jnp.where(accepted, jnp.log(d) + log_v, jnp.nan)
+    if num_proposals == 1:
+        return log_g[0]
+    first = jnp.argmax(accepted, axis=0)
+    return jnp.take_along_axis(log_g, first[None], axis=0)[0]
+
+
+def _proposal(normal, uniform, d, c):
+    """``(log v, accepted)`` for one Marsaglia-Tsang proposal per element."""
+    y = c * normal
+    is_positive = y > -1
+    y = jnp.where(is_positive, y, 0)
+    log1p_y = jnp.log1p(y)
+    normal_squared = normal * normal
+    squeeze = uniform < 1 - 0.0331 * normal_squared * normal_squared
+    log_ratio = 3 * d * _log1p_remainder(y, log1p_y)
+    accepted = is_positive & (squeeze | (jnp.log(uniform) < log_ratio))
+    return 3 * log1p_y, accepted
+
+
+def _log1p_remainder(y, log1p_y):
+    """``log(1 + y) - y + y^2/2 - y^3/3``, accurate also for small ``|y|``.
+
+    For ``|y| < 0.1`` the alternating series ``sum_{k >= 4} (-1)^(k+1) y^k / k`` is summed to
+    the dtype's precision (8 terms in float32, 16 in float64); elsewhere the direct form loses
+    at most ``4 eps / |y|^3`` relative.
+    """
+    num_terms = 8 if y.dtype == jnp.float32 else 16
+    series = jnp.zeros_like(y)
+    for power in reversed(range(4, 4 + num_terms)):
+        series = series * y + (1 if power % 2 else -1) / power
+    series = series * (y * y) * (y * y)
+    direct = log1p_y - y * (1 - y * (0.5 - y / 3))
+    return jnp.where(jnp.abs(y) < _SERIES_THRESHOLD, series, direct)
+
+
+def _finish_pending(rng_key, alpha, log_g, pending, num_proposals):
+    """Draw ``log g`` where ``pending`` (flat arrays, ``alpha >= 1``).
+
+    A ``while_loop`` runs while any element is pending; each round compacts up to
+    ``n/16 + 64`` pending elements (``jnp.nonzero`` with a static size) and gives each
+    ``num_proposals`` proposals at once. Costs one ``any`` when nothing is pending.
+    """
+    size = alpha.size
+    capacity = min(size, math.ceil(size / 16) + 64)
+
+    def has_pending(state):
+        return jnp.any(state[2])
+
+    def finish_round(state):
+        iteration, log_g, pending = state
+        (index,) = jnp.nonzero(pending, size=capacity, fill_value=size)
+        subset_alpha = alpha.at[index].get(mode="fill", fill_value=1)
+        key = jax.random.fold_in(rng_key, iteration)
+        subset_log_g = _marsaglia_tsang(key, subset_alpha, num_proposals)
+        # Pending entries of log_g are NaN, and so are the subset's unaccepted ones.
+        log_g = log_g.at[index].set(subset_log_g, mode="drop")
+        pending = pending.at[index].set(jnp.isnan(subset_log_g), mode="drop")
+        return iteration + 1, log_g, pending
+
+    state = (jnp.zeros((), jnp.uint32), log_g, pending)
+    return jax.lax.while_loop(has_pending, finish_round, state)[1]
+
+
+def _open_uniform(rng_key, shape, dtype):
+    """Uniform draws on the open interval ``(0, 1)``: ``(k + 1/2) 2^-m`` for ``m`` mantissa
+    bits and uniform integer ``k``, so neither 0 nor 1 occurs and ``log u`` is finite.
+
+    The top ``m`` random bits fill the mantissa of a float in ``[1, 2)`` (exact, no integer
+    to float conversion); subtracting 1 and adding ``2^-(m+1)`` is exact too.
+    """
+    if dtype == jnp.float32:
+        bits_dtype, exponent_of_one = jnp.uint32, 0x3F800000
+    else:
+        bits_dtype, exponent_of_one = jnp.uint64, 0x3FF0000000000000
+    mantissa_bits = np.finfo(dtype).nmant
+    bits = jax.random.bits(rng_key, shape, bits_dtype)
+    shift = np.dtype(bits_dtype).itemsize * 8 - mantissa_bits
+    one_to_two = jax.lax.bitcast_convert_type((bits >> shift) | np.array(exponent_of_one, bits_dtype), dtype)
+    return (one_to_two - 1) + 2.0 ** -(mantissa_bits + 1)
+
+
+def _standard_normal(rng_key, shape, dtype):
+    """Standard normal draws ``sqrt(2) erfinv(2u - 1)`` with ``u`` from :func:`_open_uniform`
+    (``2u - 1`` is exact, so the draws are symmetric and finite)."""
+    uniform = _open_uniform(rng_key, shape, dtype)
+    return np.sqrt(2).astype(dtype) * jax.lax.erf_inv(2 * uniform - 1)
