@@ -183,14 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample-counts", type=_sizes, default=(1, 2, 5, 10, 20), help="default 1,2,5,10,20"
     )
 
-    demo = sub.add_parser(
-        "demo", help="a small G-REP vs ADVI vs BBVI comparison on simulated data (no download)"
-    )
+    demo = sub.add_parser("demo", help="a small G-REP vs ADVI comparison on simulated data (no download)")
     demo.add_argument("--out", default="grepvi-demo", help="output folder (default ./grepvi-demo)")
     demo.add_argument(
         "--time-budget", type=float, default=10.0, metavar="S", help="seconds per estimator (10)"
     )
-    demo.add_argument("--estimators", type=_names, default=["grep", "advi", "bbvi"])
+    demo.add_argument(
+        "--estimators", type=_names, default=["grep", "advi"], help="default grep,advi; add bbvi"
+    )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --out")
     demo.add_argument("--quiet", action="store_true")
@@ -219,6 +219,7 @@ def _config(args, estimator: str):
         num_factors=args.num_factors,
         eval_samples=args.eval_samples,
         refit_steps=args.refit_steps,
+        refit_step_size=args.refit_step_size,
         chunk_size=args.chunk_size,
         checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds,

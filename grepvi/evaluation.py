@@ -151,6 +151,7 @@ def refit_local(
     step_size: float = 0.1,
     local_logdensity_fn: Callable[[dict], dict] | None = None,
     chunk_size: int = 50,
+    optimizer=None,
 ) -> tuple[dict, np.ndarray]:
     """Fits ``q(z*)`` of new observations with ``q(W)`` (the global latents) held fixed.
 
@@ -176,7 +177,7 @@ def refit_local(
         raise ConfigError(f"refit steps: expected a non-negative integer, found {num_steps!r}")
     num_steps = int(num_steps)
     names = tuple(sorted(local_families))
-    optimizer = advi_stepsize(float(step_size))
+    optimizer = advi_stepsize(float(step_size)) if optimizer is None else optimizer
     init_key, run_key = jax.random.split(rng_key)
     keys = jax.random.split(init_key, len(names))
     params = {name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)}

@@ -172,18 +172,14 @@ def find_runs(paths) -> list[RunRecord]:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _smooth(values: np.ndarray, window: int) -> np.ndarray:
-    """Running mean over ``window`` finite values (non-finite entries are skipped)."""
-    values = np.asarray(values, np.float64)
-    if window <= 1 or values.size < 3:
-        return values
-    finite = np.isfinite(values)
-    filled = np.where(finite, values, 0.0)
-    kernel = np.ones(window)
-    total = np.convolve(filled, kernel, mode="full")[: values.size]
-    count = np.convolve(finite.astype(float), kernel, mode="full")[: values.size]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+def _block_medians(xs: np.ndarray, ys: np.ndarray, num_blocks: int = 200):
+    """``(x, y)`` medians of consecutive blocks: a smooth curve robust to the single-draw ELBO's
+    occasional huge negative values."""
+    # Log-spaced block edges: fine early on, where a log time axis spreads the iterations out.
+    edges = np.unique(np.concatenate([[0], np.geomspace(1, xs.size, num_blocks).astype(int)]))
+    centres = [np.median(xs[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    medians = [np.median(ys[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return np.asarray(centres), np.asarray(medians)
 
 
 def _robust_ylim(curves: list[np.ndarray]):
@@ -238,9 +234,13 @@ def _csv_table(header: list[str], rows: list[list[str]]) -> str:
     return out.getvalue()
 
 
+def _order(run) -> tuple:
+    return (list(LABELS).index(run.estimator) if run.estimator in LABELS else 99, run.num_samples or 0)
+
+
 def _group(runs) -> dict:
     groups = {}
-    for run in runs:
+    for run in sorted(runs, key=_order):
         groups.setdefault((run.model, run.dataset), []).append(run)
     return groups
 
@@ -278,10 +278,10 @@ def _plot_curves(ax, runs, column, *, x="wall_time", smooth=True):
         color = COLORS.get(run.estimator)
         if len(runs) > 3 or len({r.estimator for r in runs}) < len(runs):
             color = None
-        if smooth and ys.size > 50:
-            window = max(2, ys.size // 50)
-            ax.plot(xs, ys, color=color, alpha=0.15, linewidth=0.6)
-            ax.plot(xs, _smooth(ys, window), color=color, linewidth=1.8, label=_label(run, runs))
+        if smooth and ys.size > 200:
+            bx, by = _block_medians(xs, ys)
+            ax.plot(bx, by, color=color, linewidth=1.8, label=_label(run, runs))
+            ys = by
         else:
             ax.plot(
                 xs,
@@ -312,7 +312,7 @@ def elbo_figure(runs, path, *, x="wall_time") -> Path | None:
         ax.set_ylim(*limits)
     ax.set_xscale("log")
     ax.set_xlabel("training wall time (s, log scale)" if x == "wall_time" else "iteration")
-    ax.set_ylabel("ELBO (nats)")
+    ax.set_ylabel("ELBO (nats; median over blocks of iterations)")
     ax.set_title(f"ELBO — {_title(runs[0].model, runs[0].dataset)}")
     ax.grid(True, which="both", alpha=0.25)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))

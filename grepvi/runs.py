@@ -86,6 +86,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         with os.fdopen(handle, "wb") as file:
             file.write(data)
             file.flush()
@@ -105,6 +106,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         pass
     finally:
         os.close(folder)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path, text: str) -> None:
