@@ -99,6 +99,13 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
     )
     group.add_argument("--data-dir", help="folder of the data files (default: $GREPVI_DATA_DIR)")
     group.add_argument(
+        "--synthetic-size",
+        type=_sizes,
+        default=(100, 25, 64),
+        metavar="NTRAIN,NTEST,D",
+        help="rows and columns of --dataset synthetic (default 100,25,64)",
+    )
+    group.add_argument(
         "--layer-sizes", type=_sizes, default=(100, 40, 15), help="sparse gamma DEF (default 100,40,15)"
     )
     group.add_argument("--num-factors", type=int, default=100, help="beta-gamma MF factors K (default 100)")
@@ -129,6 +136,9 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
     )
     group.add_argument(
         "--refit-steps", type=int, default=200, help="iterations fitting the test rows' local latents"
+    )
+    group.add_argument(
+        "--refit-step-size", type=float, metavar="ETA", help="eta of that refit (default: --step-size)"
     )
     group.add_argument(
         "--chunk-size", type=int, default=10, help="iterations per compiled chunk (default 10)"
@@ -221,6 +231,7 @@ def _config(args, estimator: str):
         refit_steps=args.refit_steps,
         refit_step_size=args.refit_step_size,
         chunk_size=args.chunk_size,
+        synthetic_size=args.synthetic_size,
         checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds,
     )

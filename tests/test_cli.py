@@ -1,0 +1,342 @@
+"""The ``grepvi`` command end to end on tiny data: files written, resume after SIGKILL and SIGINT
+(bitwise the same final parameters), refusals with exit code 2 and untouched output.
+
+Compilation dominates these tests (G-REP's step takes tens of seconds to compile on CPU); the
+CLI's persistent compilation cache (``GREPVI_COMPILATION_CACHE``) is pointed at a folder shared
+by the test processes, so the fast tests use ADVI (quick to compile) and the G-REP ones are
+marked slow.
+"""
+
+import csv
+import hashlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grepvi import cli, runs
+
+CACHE = os.path.join(tempfile.gettempdir(), "grepvi-test-jax-cache")
+os.environ.setdefault("GREPVI_COMPILATION_CACHE", CACHE)
+REPO = Path(__file__).resolve().parent.parent
+
+TINY = [
+    "--model",
+    "sparse-gamma-def",
+    "--dataset",
+    "synthetic",
+    "--synthetic-size",
+    "30,10,16",
+    "--layer-sizes",
+    "3,2",
+    "--eval-samples",
+    "5",
+    "--refit-steps",
+    "20",
+    "--quiet",
+]
+
+
+def _fit(out, *extra, estimator="advi"):
+    return cli.main(["fit", *TINY, "--estimator", estimator, "--out", str(out), *extra])
+
+
+def _digest(folder: Path) -> dict:
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _png_ok(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _params(folder: Path) -> dict:
+    return runs.load_params(folder / "params.npz")
+
+
+def _assert_same_params(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """One finished ADVI run (40 iterations, checkpoint every 10)."""
+    out = tmp_path_factory.mktemp("cli") / "fit"
+    assert _fit(out, "--num-steps", "40", "--checkpoint-every", "10") == 0
+    return out
+
+
+def test_fit_writes_config_trace_metrics_and_figures(fitted):
+    config = json.loads((fitted / "config.json").read_text())
+    assert {"identity", "options", "seed", "versions", "dataset", "estimator_options"} <= set(config)
+    assert {"python", "jax", "jaxlib", "grepvi"} <= set(config["versions"])
+    assert config["options"]["estimator"] == "advi" and config["options"]["elbo_samples"] == 20
+    assert config["dataset"]["train_shape"] == [30, 16] and config["dataset"]["test_shape"] == [10, 16]
+    with open(fitted / "trace.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 40
+    assert {"iteration", "wall_time", "elbo"} <= set(rows[0])
+    assert [int(row["iteration"]) for row in rows] == list(range(1, 41))
+    times = [float(row["wall_time"]) for row in rows]
+    assert all(b >= a for a, b in zip(times, times[1:], strict=False))
+    metrics = json.loads((fitted / "metrics.json").read_text())
+    for key in ("time_per_iteration_s", "final_elbo", "test_loglik_logmeanexp", "eta"):
+        assert math.isfinite(metrics[key]), key
+    assert metrics["iterations"] == 40 and metrics["finished"] is True
+    assert set(metrics["test_loglik_per_entry"]) == {"mean", "std"}
+    assert all(math.isfinite(v) for v in metrics["test_loglik_per_entry"].values())
+    assert metrics["test_loglik_per_entry"]["mean"] < 0
+    assert _png_ok(fitted / "figures" / "elbo_vs_time.png")
+    assert _png_ok(fitted / "figures" / "reconstructions.png")
+    params = _params(fitted)
+    assert sorted(params) == [
+        f"{latent}/{name}" for latent in ("W0", "W1", "z1", "z2") for name in ("loc", "scale")
+    ]
+    assert params["W0/loc"].shape == (3, 16) and params["z1/loc"].shape == (30, 3)
+
+
+def test_fit_from_a_data_file_and_report(tmp_path, fitted, capsys):
+    rng = np.random.default_rng(0)
+    counts = rng.poisson(2.0, size=(25, 9)).astype(np.int64)
+    np.savez(tmp_path / "counts.npz", counts=counts)
+    out = tmp_path / "file-run"
+    code = cli.main(
+        ["fit", "--model", "sparse-gamma-def", "--dataset", str(tmp_path / "counts.npz"),
+         "--layer-sizes", "2", "--estimator", "advi", "--num-steps", "20", "--eval-samples", "4",
+         "--refit-steps", "0", "--out", str(out), "--quiet"]
+    )  # fmt: skip
+    assert code == 0
+    assert json.loads((out / "config.json").read_text())["dataset"]["train_shape"] == [20, 9]
+    capsys.readouterr()
+    report = tmp_path / "report"
+    assert cli.main(["report", str(fitted), str(out), "--out", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "Test log-likelihood per entry" in printed
+    for name in ("summary.md", "test_loglik.md", "test_loglik.csv", "time_per_iteration.md", "summary.json"):
+        assert (report / name).stat().st_size > 0, name
+    assert _png_ok(report / "elbo_vs_time_synthetic.png")
+    with open(report / "test_loglik.csv", newline="") as file:
+        table = list(csv.reader(file))
+    assert len(table) == 3  # header + two runs
+
+
+def test_compare_with_eta_search_and_samples_sweep(tmp_path, capsys):
+    out = tmp_path / "compare"
+    code = cli.main(
+        ["compare", *TINY, "--estimators", "advi", "--eta-search", "--etas", "0.1,0.5", "--num-steps", "20",
+         "--refit-steps", "0", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    search = json.loads((out / "advi" / "eta_search.json").read_text())
+    assert set(search["final_elbo"]) == {"0.1", "0.5"}
+    assert search["best_eta"] == max((v, float(k)) for k, v in search["final_elbo"].items())[1]
+    assert (out / "advi" / "eta_0.1" / "metrics.json").exists()
+    assert _png_ok(out / "elbo_vs_time.png") and _png_ok(out / "reconstructions_synthetic.png")
+    assert "| synthetic | ADVI |" in (out / "time_per_iteration.md").read_text()
+
+    sweep = tmp_path / "samples"
+    code = cli.main(["samples", *TINY, "--estimator", "advi", "--sample-counts", "1,3", "--num-steps", "20",
+                     "--refit-steps", "0", "--out", str(sweep)])  # fmt: skip
+    assert code == 0
+    with open(sweep / "samples_3" / "trace.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 20 and all(float(row["gradient_variance"]) >= 0 for row in rows)
+    assert _png_ok(sweep / "samples.png")
+
+
+def test_refusals_exit_2_with_a_message_and_leave_output_alone(fitted, tmp_path, capsys):
+    before = _digest(fitted)
+    cases = [
+        (["--seed", "1", "--num-steps", "40"], "already holds a different run"),
+        (["--num-steps", "40"], "already holds a run with this configuration"),
+        (["--seed", "1", "--num-steps", "40", "--resume"], "another configuration"),
+    ]
+    for extra, message in cases:
+        assert _fit(fitted, *extra) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+    assert _digest(fitted) == before
+
+    bad = [
+        (["--step-size", "-1", "--num-steps", "5"], "--step-size: expected a positive number"),
+        (["--step-size", "nan", "--num-steps", "5"], "--step-size: expected a positive number"),
+        (["--time-budget", "0"], "--time-budget: expected a positive number"),
+        (["--num-steps", "0"], "--num-steps: expected a positive integer"),
+        (["--num-samples", "0", "--num-steps", "5"], "--num-samples: expected a positive integer"),
+        ([], "--num-steps N or --time-budget"),
+    ]
+    for extra, message in bad:
+        out = tmp_path / "bad"
+        assert _fit(out, *extra) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err, (extra, err)
+        assert not out.exists()
+    names = [
+        (["--model", "deep-net"], "unknown model 'deep-net'"),
+        (["--estimator", "magic"], "unknown estimator 'magic'"),
+        (["--dataset", "no-such-data"], "no-such-data"),
+    ]
+    for extra, message in names:
+        argv = ["fit", *TINY, "--estimator", "advi", "--num-steps", "5", "--out", str(tmp_path / "n"), *extra]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    np.savez(tmp_path / "counts.npz", counts=np.arange(12).reshape(4, 3))
+    argv = ["fit", "--model", "beta-gamma-mf", "--dataset", str(tmp_path / "counts.npz"),
+            "--estimator", "advi", "--num-steps", "5", "--out", str(tmp_path / "m")]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert "needs bernoulli data, found poisson data" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path / "nothing-here")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_checkpoint_from_another_configuration_is_refused(fitted, tmp_path, capsys):
+    other = tmp_path / "other"
+    assert _fit(other, "--num-steps", "10", "--step-size", "0.05") == 0
+    victim = tmp_path / "victim"
+    assert _fit(victim, "--num-steps", "20", "--checkpoint-every", "10") == 0
+    (victim / "metrics.json").unlink()  # as if killed before finishing
+    (victim / "checkpoint.npz").write_bytes((other / "checkpoint.npz").read_bytes())
+    before = _digest(victim)
+    capsys.readouterr()
+    assert _fit(victim, "--num-steps", "20", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "checkpoint comes from another configuration" in err and "step_size" in err
+    assert _digest(victim) == before
+
+
+# --- interruption: real subprocesses ---------------------------------------------------------------
+
+LONG = ["--num-steps", "1000", "--chunk-size", "10", "--elbo-samples", "1", "--refit-steps", "0"]
+
+
+def _command(out, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "grepvi.cli",
+        "fit",
+        *TINY,
+        "--estimator",
+        "advi",
+        *LONG,
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _start_and_wait_for_checkpoint(out):
+    env = dict(os.environ, GREPVI_COMPILATION_CACHE=CACHE, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        _command(out, "--checkpoint-every", "10"),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoint.npz").exists():
+        if process.poll() is not None:
+            raise AssertionError(
+                f"run ended before its first checkpoint: {process.communicate()[1].decode()}"
+            )
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("no checkpoint within 240 s")
+        time.sleep(0.01)
+    return process
+
+
+def _checkpoint_iteration(out) -> int:
+    with np.load(out / "checkpoint.npz") as data:
+        return int(data["trace__iteration"][-1])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight") / "run"
+    assert cli.main(_command(out)[3:]) == 0
+    return out
+
+
+def test_resume_after_sigkill_gives_bitwise_the_same_parameters(uninterrupted, tmp_path):
+    out = tmp_path / "killed"
+    process = _start_and_wait_for_checkpoint(out)
+    time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    stopped_at = _checkpoint_iteration(out)
+    assert 10 <= stopped_at < 1000, "the kill came after the run finished; the test proved nothing"
+    assert not (out / "metrics.json").exists()
+    assert cli.main(_command(out, "--resume")[3:]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["iterations"] == 1000 and metrics["finished"]
+    _assert_same_params(_params(out), _params(uninterrupted))
+    with open(out / "trace.csv", newline="") as file:
+        assert [int(row["iteration"]) for row in csv.DictReader(file)] == list(range(1, 1001))
+
+
+def test_sigint_writes_checkpoint_and_metrics_then_resume_matches(uninterrupted, tmp_path):
+    out = tmp_path / "interrupted"
+    process = _start_and_wait_for_checkpoint(out)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    stderr = stderr.decode()
+    assert process.returncode == 130, stderr
+    assert "interrupted at iteration" in stderr and "--resume" in stderr and "Traceback" not in stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["interrupted"] is True and metrics["finished"] is False
+    assert metrics["iterations"] == _checkpoint_iteration(out) < 1000
+    assert math.isfinite(metrics["final_elbo"])
+    assert cli.main(_command(out, "--resume")[3:]) == 0
+    _assert_same_params(_params(out), _params(uninterrupted))
+
+
+def test_subprocess_refusal_has_no_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "grepvi.cli", "fit", *TINY, "--estimator", "advi", "--time-budget", "-3",
+         "--out", str(tmp_path / "x")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--time-budget: expected a positive number" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_subprocess(tmp_path):
+    """The documented demo (G-REP and ADVI on simulated data), shortened to 2 s per estimator."""
+    out = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "grepvi.cli", "demo", "--out", str(out), "--time-budget", "2", "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+        env=dict(os.environ, GREPVI_COMPILATION_CACHE=CACHE),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "G-REP" in result.stdout and "ADVI" in result.stdout and "figures:" in result.stdout
+    assert _png_ok(out / "elbo_vs_time.png") and _png_ok(out / "reconstructions_synthetic.png")
+    for estimator in ("grep", "advi"):
+        metrics = json.loads((out / estimator / "metrics.json").read_text())
+        assert math.isfinite(metrics["test_loglik_per_entry"]["mean"])
+
+
+@pytest.mark.slow
+def test_grep_fit_end_to_end(tmp_path):
+    out = tmp_path / "grep"
+    assert _fit(out, "--num-steps", "30", estimator="grep") == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["estimator"] == "grep" and math.isfinite(metrics["test_loglik_per_entry"]["mean"])
