@@ -419,7 +419,7 @@ def reconstruction_figure(runs, path, count: int = 8) -> Path | None:
     rows = [("true", truth)] + panels
     columns = truth.shape[0]
     fig, axes = plt.subplots(
-        len(rows), columns, figsize=(1.3 * columns + 0.8, 1.4 * len(rows)), dpi=110, squeeze=False
+        len(rows), columns, figsize=(1.15 * columns + 0.9, 1.15 * len(rows) + 0.7), dpi=110, squeeze=False
     )
     for r, (name, images) in enumerate(rows):
         for c in range(columns):
@@ -439,7 +439,9 @@ def reconstruction_figure(runs, path, count: int = 8) -> Path | None:
         "(mean of the observations given one posterior draw)",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.subplots_adjust(
+        left=0.09, right=0.99, bottom=0.02, top=1.0 - 0.6 / (1.15 * len(rows) + 0.7), wspace=0.04, hspace=0.06
+    )
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
