@@ -138,6 +138,11 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         "--refit-steps", type=int, default=200, help="iterations fitting the test rows' local latents"
     )
     group.add_argument(
+        "--refit-estimator",
+        metavar="NAME",
+        help="estimator of that refit (default: the run's; G-REP for BBVI)",
+    )
+    group.add_argument(
         "--refit-step-size", type=float, metavar="ETA", help="eta of that refit (default: --step-size)"
     )
     group.add_argument(
@@ -230,6 +235,7 @@ def _config(args, estimator: str):
         eval_samples=args.eval_samples,
         refit_steps=args.refit_steps,
         refit_step_size=args.refit_step_size,
+        refit_estimator=args.refit_estimator,
         chunk_size=args.chunk_size,
         synthetic_size=args.synthetic_size,
         checkpoint_every=args.checkpoint_every,
