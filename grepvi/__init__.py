@@ -3,7 +3,8 @@
 Ruiz, Titsias & Blei (2016). The Generalized Reparameterization Gradient. NeurIPS.
 """
 
-from grepvi import errors
+from grepvi import diagnostics, errors
+from grepvi.diagnostics import ParetoK, pareto_k
 from grepvi.errors import ConfigError, DataError, GrepviError, ModelError, NumericalError
 from grepvi.estimators import (
     EstimateInfo,
@@ -13,7 +14,17 @@ from grepvi.estimators import (
     get_estimator,
     register_estimator,
 )
-from grepvi.families import Beta, Dirichlet, Family, Gamma, LogNormal, Normal, Posterior
+from grepvi.families import (
+    Beta,
+    Dirichlet,
+    Family,
+    Gamma,
+    LogitNormal,
+    LogNormal,
+    Normal,
+    Posterior,
+    SimplexNormal,
+)
 from grepvi.inference import FitResult, StepInfo, Trace, VIState, fit, init, make_target, step
 from grepvi.optim import advi_stepsize, scale_by_advi_stepsize
 
@@ -33,6 +44,8 @@ __all__ = [
     "Beta",
     "Dirichlet",
     "Normal",
+    "LogitNormal",
+    "SimplexNormal",
     "Target",
     "Estimator",
     "EstimateInfo",
@@ -49,4 +62,7 @@ __all__ = [
     "make_target",
     "advi_stepsize",
     "scale_by_advi_stepsize",
+    "diagnostics",
+    "pareto_k",
+    "ParetoK",
 ]
