@@ -129,6 +129,13 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         metavar="S",
         help="draws of the reported ELBO (default: 20 for ADVI, else 1)",
     )
+    group.add_argument(
+        "--elbo-every",
+        type=int,
+        default=1,
+        metavar="N",
+        help="evaluate that ELBO every N iterations (1, or a multiple of --chunk-size)",
+    )
     group.add_argument("--seed", type=int, default=0)
     group = parser.add_argument_group("evaluation and output")
     group.add_argument(
@@ -237,6 +244,7 @@ def _config(args, estimator: str):
         refit_step_size=args.refit_step_size,
         refit_estimator=args.refit_estimator,
         chunk_size=args.chunk_size,
+        elbo_every=args.elbo_every,
         synthetic_size=args.synthetic_size,
         checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds,

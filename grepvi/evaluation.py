@@ -312,9 +312,12 @@ def heldout_perplexity(rng_key, model, families, params, heldout_counts, num_sam
 
 
 def best_final_elbo(elbo, fraction: float = 0.1) -> float:
-    """Mean of the last ``fraction`` of an ELBO trace (non-finite values ignored): the eta
-    search's criterion; ``-inf`` for an empty or entirely non-finite trace."""
+    """Mean of the last ``fraction`` of an ELBO trace: the eta search's criterion.
+
+    NaN entries (iterations where the ELBO was not evaluated) are dropped first; infinite values
+    inside the tail are ignored; ``-inf`` for an empty or entirely non-finite trace."""
     elbo = np.asarray(elbo, np.float64)
+    elbo = elbo[~np.isnan(elbo)]
     if elbo.size == 0:
         return -np.inf
     tail = elbo[-max(1, int(np.ceil(fraction * elbo.size))) :]

@@ -118,6 +118,9 @@ class RunConfig:
       refit_estimator: estimator of that refit (None: the training one, except G-REP for BBVI:
         the same family and objective, two orders of magnitude cheaper per step).
       chunk_size: iterations per compiled chunk (also: how often the perplexity is computed).
+      elbo_every: with ``elbo_samples``, evaluate that ELBO every iteration (1, the paper) or
+        once per ``elbo_every`` iterations (a multiple of ``chunk_size``; 20 draws of the log
+        joint cost ADVI several times its own step).
       compute_variance: record the average gradient variance (needs ``num_samples > 1``).
     """
 
@@ -138,6 +141,7 @@ class RunConfig:
     refit_step_size: float | None = None
     refit_estimator: str | None = None
     chunk_size: int = 10
+    elbo_every: int = 1
     compute_variance: bool = False
     synthetic_size: tuple[int, int, int] = (100, 25, 64)
     checkpoint_every: int = 0
@@ -189,6 +193,12 @@ class RunConfig:
                 f"expected one of {', '.join(ESTIMATORS)}"
             )
         config.chunk_size = _positive_int(config.chunk_size, "--chunk-size")
+        config.elbo_every = _positive_int(config.elbo_every, "--elbo-every")
+        if config.elbo_every != 1 and config.elbo_every % config.chunk_size:
+            raise ConfigError(
+                f"--elbo-every: expected 1 or a multiple of --chunk-size ({config.chunk_size}), "
+                f"found {config.elbo_every}"
+            )
         config.layer_sizes = tuple(_positive_int(k, "--layer-sizes") for k in _as_tuple(config.layer_sizes))
         if not config.layer_sizes:
             raise ConfigError("--layer-sizes: expected at least one layer, e.g. 100,40,15")
@@ -455,6 +465,7 @@ def fit_run(
         trace=trace,
         wall_time=wall_time,
         elbo_fn=elbo_fn,
+        elbo_every=config.elbo_every,
         chunk_eval_fn=chunk_eval_fn,
         checkpoint_fn=checkpoint_fn,
         checkpoint_every=config.checkpoint_every,

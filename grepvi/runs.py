@@ -474,6 +474,7 @@ def train(
     trace: TraceRecorder,
     wall_time: float = 0.0,
     elbo_fn: Callable | None = None,
+    elbo_every: int = 1,
     chunk_eval_fn: Callable | None = None,
     checkpoint_fn: Callable | None = None,
     checkpoint_every: int = 0,
@@ -492,8 +493,11 @@ def train(
       trace: the recorder to append to (holds the rows of a resumed run).
       wall_time: training wall time spent before ``state`` (resumed runs).
       elbo_fn: ``(iterations, params_per_iteration) -> elbos``: evaluation-only ELBO of the
-        parameters *before* each step (e.g. ADVI's 20 draws), run outside the timed region;
-        without it the trace keeps the estimator's ELBO of the gradient draws.
+        parameters *before* each step (e.g. ADVI's 20 draws), run outside the timed region; the
+        estimator's own ELBO (of its gradient draws) then goes to the column ``elbo_draw``.
+        Without it the ``elbo`` column is the estimator's ELBO.
+      elbo_every: evaluate ``elbo_fn`` at every iteration (1) or at the first iteration of every
+        ``elbo_every``-th iteration (a multiple of ``chunk_size``; ``elbo`` is blank elsewhere).
       chunk_eval_fn: ``(state) -> {column: value}`` after each chunk, untimed (perplexity).
       checkpoint_fn: ``(state, trace, wall_time)`` writes a checkpoint; called every
         ``checkpoint_every`` iterations and every ``checkpoint_seconds`` seconds (both at chunk
@@ -501,7 +505,11 @@ def train(
     """
     if num_steps is None and time_budget is None:
         raise ConfigError("give a number of steps (--num-steps) or a time budget (--time-budget)")
-    keep_params = elbo_fn is not None
+    if elbo_fn is not None and elbo_every != 1 and elbo_every % chunk_size:
+        raise ConfigError(
+            f"--elbo-every: expected 1 or a multiple of --chunk-size {chunk_size}, found {elbo_every}"
+        )
+    keep_params = elbo_fn is not None and elbo_every == 1
 
     def body(carry, _):
         new_state, info = step(carry, target, estimator, optimizer)
@@ -553,6 +561,7 @@ def train(
                     break
                 length = chunk_size if num_steps is None else min(chunk_size, remaining())
                 run = chunk_fn(length)  # compiled outside the timed region
+                before = state
                 start = time.perf_counter()
                 new_state, outputs = run(state)
                 jax.block_until_ready(new_state)
@@ -568,8 +577,15 @@ def train(
                 }
                 wall_time += elapsed
                 done += length
-                if keep_params:
-                    rows["elbo"] = np.asarray(elbo_fn(iterations, outputs["params"]), np.float64)
+                if elbo_fn is not None:
+                    rows["elbo_draw"] = rows["elbo"]
+                    if keep_params:
+                        rows["elbo"] = np.asarray(elbo_fn(iterations, outputs["params"]), np.float64)
+                    else:
+                        rows["elbo"] = np.full(length, np.nan)
+                        if (iterations[0] - 1) % elbo_every == 0:
+                            first = jax.tree_util.tree_map(lambda leaf: leaf[None], before.params)
+                            rows["elbo"][0] = float(np.asarray(elbo_fn(iterations[:1], first))[0])
                 for key, value in outputs.items():
                     if key not in ("elbo", "finite", "params"):
                         rows[key] = np.asarray(value, np.float64)
@@ -579,7 +595,12 @@ def train(
                     for key, value in chunk_eval_fn(state).items():
                         trace.set_last(key, float(value))
                 if bar is not None:
-                    finite = rows["elbo"][np.isfinite(rows["elbo"])]
+                    shown = (
+                        rows["elbo"]
+                        if np.isfinite(rows["elbo"]).any()
+                        else rows.get("elbo_draw", rows["elbo"])
+                    )
+                    finite = shown[np.isfinite(shown)]
                     bar.update(length)
                     bar.set_postfix(
                         elbo=f"{np.mean(finite):.5g}" if finite.size else "nan", time=f"{wall_time:.0f}s"

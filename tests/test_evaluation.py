@@ -192,7 +192,8 @@ def test_best_final_elbo_is_the_mean_of_the_last_tenth():
     assert evaluation.best_final_elbo(trace) == pytest.approx(4.5)
     assert evaluation.best_final_elbo(np.array([np.nan, -np.inf])) == -np.inf
     assert evaluation.best_final_elbo(np.zeros(0)) == -np.inf
-    assert evaluation.best_final_elbo(np.array([-3.0, np.nan])) == -np.inf  # the last 10% is NaN
+    assert evaluation.best_final_elbo(np.array([-3.0, np.nan])) == -3.0  # NaN: not evaluated there
+    assert evaluation.best_final_elbo(np.array([-3.0, -np.inf])) == -np.inf  # the last 10% diverged
     assert evaluation.best_final_elbo(np.array([-3.0, -1.0])) == -1.0
 
 
