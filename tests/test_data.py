@@ -67,9 +67,7 @@ def test_olivetti_real_split_and_values():
     assert faces.train.shape == (320, 4096) and faces.test.shape == (80, 4096)
     assert faces.image_shape == (64, 64) and not faces.heldout_entries
     np.testing.assert_array_equal(faces.test, images[test_indices].reshape(80, -1))
-    assert sorted(faces.info["test_indices"]) == sorted(
-        10 * s + i for s in range(40) for i in (8, 9)
-    )
+    assert sorted(faces.info["test_indices"]) == sorted(10 * s + i for s in range(40) for i in (8, 9))
     both = np.concatenate([faces.train, faces.test])
     assert both.min() == 0 and both.max() == 242
     assert np.array_equal(both, np.round(both))
@@ -291,9 +289,7 @@ def test_generic_npz_counts_images_and_splits(tmp_path):
     assert data.train.shape == (40, 7) and data.test.shape == (10, 7)
     permutation = np.random.default_rng(1).permutation(50)
     np.testing.assert_array_equal(data.test, counts[permutation[:10]])
-    np.testing.assert_array_equal(
-        load_dataset(str(tmp_path / "counts.npz"), seed=1).train, data.train
-    )
+    np.testing.assert_array_equal(load_dataset(str(tmp_path / "counts.npz"), seed=1).train, data.train)
     assert not np.array_equal(load_dataset(str(tmp_path / "counts.npz"), seed=2).train, data.train)
     images = (rng.random((12, 3, 4)) > 0.5).astype(np.uint8)
     np.savez(tmp_path / "binary.npz", images=images[:9], test_images=images[9:])
