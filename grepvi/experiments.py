@@ -484,7 +484,7 @@ def fit_run(
         "training_time_s": result.wall_time,
         "time_per_iteration_s": median_time_per_iteration(arrays),
         "final_elbo": evaluation.best_final_elbo(elbo),
-        "last_elbo": float(elbo[-1]) if elbo.size else math.nan,
+        "last_elbo": float(elbo[~np.isnan(elbo)][-1]) if np.any(~np.isnan(elbo)) else None,
         "skipped_steps": int(result.state.num_skipped),
         "finished": False,
         "interrupted": result.interrupted,

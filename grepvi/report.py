@@ -183,21 +183,27 @@ def _block_medians(xs: np.ndarray, ys: np.ndarray, num_blocks: int = 200):
 
 
 def _robust_ylim(curves: list[np.ndarray]):
-    """Limits that show where the curves settle, not their first wild iterations."""
-    lows, highs = [], []
+    """Limits that show where the curves settle, not their first wild iterations: from below the
+    lowest final level by three times the spread of the final levels (at least half the lowest
+    final level's magnitude, or the curves' own range when that is smaller) up to the highest
+    point."""
+    finals, highs, lows = [], [], []
     for values in curves:
         values = np.asarray(values, np.float64)
         values = values[np.isfinite(values)]
         if values.size == 0:
             continue
-        tail = values[int(0.1 * values.size) :] if values.size > 10 else values
-        lows.append(np.percentile(tail, 2))
+        finals.append(np.median(values[-max(1, values.size // 10) :]))
         highs.append(np.max(values))
-    if not lows:
+        lows.append(np.min(values))
+    if not finals:
         return None
-    low, high = min(lows), max(highs)
+    high = max(highs)
+    reference = min(finals)
+    spread = max(finals) - reference
+    low = max(min(lows), reference - max(3.0 * spread, 0.5 * abs(reference), 1e-9))
     span = max(high - low, abs(high) * 1e-3, 1e-9)
-    return low - 0.05 * span, high + 0.05 * span
+    return low - 0.03 * span, high + 0.05 * span
 
 
 def _fmt(value, digits=4) -> str:
