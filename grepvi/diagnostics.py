@@ -100,8 +100,9 @@ def pareto_k_from_log_ratios(log_ratios) -> ParetoK:
     num_draws = r.size
     if num_draws < 100:
         raise ConfigError(f"pareto_k needs at least 100 draws, got {num_draws}")
-    if not np.all(np.isfinite(r)):
-        # A draw where p vanishes (or q does) makes the weights undefined: flag it.
+    if np.any(np.isnan(r) | (r == np.inf)) or np.all(r == -np.inf):
+        # NaN or infinite weights (or p zero at every draw): no finite estimate. Single weights
+        # of zero (log ratio -inf, where p vanishes) are fine and kept.
         return ParetoK(math.inf, math.nan, 0, num_draws, False)
     r = r - np.max(r)
     tail_length = psis_tail_length(num_draws)

@@ -91,3 +91,14 @@ def test_pareto_k_on_fitted_advi_result():
     )
     diagnostic = grepvi.pareto_k(model.logdensity_fn, result.families, result.params, jax.random.key(3), 4000)
     assert diagnostic.k < 0.7
+
+
+def test_zero_and_undefined_weights():
+    """Log ratio -inf (p vanishes at a draw) is a weight of zero and is kept; NaN or +inf
+    (q vanishes where p does not) leaves no finite estimate."""
+    log_ratios = np.random.default_rng(0).normal(size=1000)
+    log_ratios[:5] = -np.inf
+    assert np.isfinite(diagnostics.pareto_k_from_log_ratios(log_ratios).k)
+    log_ratios[0] = np.nan
+    result = diagnostics.pareto_k_from_log_ratios(log_ratios)
+    assert result.k == math.inf and not result.reliable

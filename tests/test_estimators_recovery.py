@@ -136,9 +136,16 @@ CASES = [
 ]
 
 
+# G-REP's "full" Dirichlet standardization has about 13 times the per-draw variance of the
+# implicit gradient on the posterior's small component (alpha = 0.5); with 64 draws it lands 1.5%
+# off there, so it gets 256.
+CASE_OPTIONS = {("grep", "dirichlet-multinomial"): {"num_samples": 256}}
+
+
 @pytest.mark.parametrize("estimator, model_name", CASES)
 def test_recovers_exact_posterior(estimator, model_name):
-    errors = _fit(MODELS[model_name](), estimator, ESTIMATOR_OPTIONS[estimator])
+    options = {**ESTIMATOR_OPTIONS[estimator], **CASE_OPTIONS.get((estimator, model_name), {})}
+    errors = _fit(MODELS[model_name](), estimator, options)
     _assert_recovered(errors, f"{estimator} on {model_name}")
 
 

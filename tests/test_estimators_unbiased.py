@@ -8,12 +8,10 @@ so one compilation covers the three regimes. Seeds are fixed, so each test is de
 tolerance makes a false failure unlikely for a new seed (about ``2 * 5.7e-7`` per component for a
 Gaussian mean; heavier tails at shape 0.1 make it larger but still small).
 
-Precision: these checks run in float64 (``jax.enable_x64``). In float32 a Gamma(0.1) draw falls
-below the smallest normal float (1.2e-38) about once in 4,000 draws on these models; the
-families clamp it (``grepvi._math.safe_exp``), and the model's ``d log z / dz = 1/z`` at the
-clamp, times the data's coefficient, overflows, so that draw's gradient is NaN for the pathwise
-estimators (``grepvi.fit`` skips such steps). That is a limit of float32, not of an estimator;
-:func:`test_float32_small_shape_nonfinite_rate` records it.
+Precision: these checks run in float64 (``jax.enable_x64``), so that they test the estimators
+and not float32's range; :func:`test_unbiased_float32` repeats one case in float32, where the
+families clamp ``z`` at 1e-30 (``grepvi._math.safe_exp``, zero derivative below it) and about 1 in
+1,000 gamma draws at shape 0.1 is clamped: a bias too small to see with 100,000 draws.
 
 Estimators biased by design are measured, not hidden:
 
@@ -213,7 +211,7 @@ def test_unbiased(name, options, model_name, family_options):
     [
         ("gamma-poisson", {}),
         ("lognormal-normal", {}),
-        ("beta-bernoulli", {"standardization": "zero-correction"}),
+        pytest.param("beta-bernoulli", {"standardization": "zero-correction"}, marks=pytest.mark.slow),
     ],
 )
 def test_closed_form_equals_autodiff_draw_by_draw(model_name, family_options):
@@ -329,10 +327,11 @@ def test_rsvi_without_correction_bias():
 # --- variance orderings the literature predicts ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_grep_variance_far_below_score_function():
     """Ruiz et al. (2016, Figure 1 and Section 5): G-REP's per-draw variance is far below the
     plain score function's (no control variates) for gamma variational families, including
-    the sparse shape 0.1. Measured ratios (gamma-Poisson, 100,000 draws): 5x to 17x per
+    the sparse shape 0.1. Measured ratios (gamma-Poisson, 100,000 draws): 4x to 18x per
     component; asserted: at least 2.5x for every component and 4x on average."""
     model = _model("gamma-poisson")
     grep = grepvi.get_estimator("grep")
@@ -370,17 +369,11 @@ def test_control_variates_reduce_bbvi_variance():
 # --- float32 at shape 0.1 --------------------------------------------------------------------
 
 
-def test_float32_small_shape_nonfinite_rate():
-    """In float32, about 1 in 4,000 G-REP gradient draws at gamma shape 0.1 is non-finite on
-    gamma-Poisson (see the module docstring); shapes 1 and 10 never are."""
-    model = _model("gamma-poisson")
-    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn)
-    params = _params(model, jnp.float32)
-    draws = testing.gradient_draws(grepvi.get_estimator("grep"), target, params, jax.random.key(6), 40_000)
-    rate = np.mean(~np.isfinite(draws), axis=0)
-    print("float32 non-finite rate per component:", rate)
-    assert 0 < rate[0] < 1e-3
-    assert np.all(rate[[1, 2, 4, 5]] == 0)
+@pytest.mark.slow
+def test_unbiased_float32():
+    """G-REP on gamma-Poisson in float32 (the library's default dtype): every draw finite and
+    the mean within 5 standard errors, also at shape 0.1 where ~0.1% of the draws are clamped."""
+    _check_case(grepvi.get_estimator("grep"), _model("gamma-poisson"), x64=False)
 
 
 # --- ADVI's families: the Jacobian form of the entropy matches the closed/quadrature form ----
@@ -445,7 +438,7 @@ def test_advi_adapts_each_support():
 
 
 def test_estimators_report_gradient_variance():
-    model = _model("gamma-poisson")
+    model = _model("lognormal-normal")
     target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn)
     params = _params(model, jnp.float32)
     for name, options in [
@@ -456,7 +449,7 @@ def test_estimators_report_gradient_variance():
         estimator = grepvi.get_estimator(name, compute_variance=True, **options)
         if name == "advi":
             target_used = target._replace(families=estimator.adapt_families(target.families))
-            params_used = {"rate": target_used.families["rate"].init_params()}
+            params_used = {"scale": target_used.families["scale"].init_params()}
         else:
             target_used, params_used = target, params
         _, info = jax.jit(lambda key, p, t=target_used, e=estimator: e.estimate(key, p, t))(
