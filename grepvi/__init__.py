@@ -3,7 +3,7 @@
 Ruiz, Titsias & Blei (2016). The Generalized Reparameterization Gradient. NeurIPS.
 """
 
-from grepvi import diagnostics, errors
+from grepvi import diagnostics, errors, models
 from grepvi.diagnostics import ParetoK, pareto_k
 from grepvi.errors import ConfigError, DataError, GrepviError, ModelError, NumericalError
 from grepvi.estimators import (
@@ -26,6 +26,7 @@ from grepvi.families import (
     SimplexNormal,
 )
 from grepvi.inference import FitResult, StepInfo, Trace, VIState, fit, init, make_target, step
+from grepvi.models import Factor, Model, beta_gamma_mf, log_joint, sparse_gamma_def
 from grepvi.optim import advi_stepsize, scale_by_advi_stepsize
 
 __version__ = "0.1.0"
@@ -65,4 +66,10 @@ __all__ = [
     "diagnostics",
     "pareto_k",
     "ParetoK",
+    "models",
+    "Model",
+    "Factor",
+    "log_joint",
+    "sparse_gamma_def",
+    "beta_gamma_mf",
 ]
