@@ -1,0 +1,19 @@
+"""Shared test setup: JAX on the CPU, float32 unless ``GREPVI_TEST_X64=1``, numpy's global seed reset.
+
+As in numpyro's ``test/conftest.py``: ``GREPVI_TEST_X64=1 pytest`` runs the whole suite with
+``jax_enable_x64`` on; tests that need float64 locally use ``jax.enable_x64(True)``.
+"""
+
+import os
+
+os.environ["JAX_PLATFORMS"] = "cpu"  # before JAX initializes a backend
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+if os.environ.get("GREPVI_TEST_X64", "0") == "1":
+    jax.config.update("jax_enable_x64", True)
+
+
+def pytest_runtest_setup(item):
+    np.random.seed(0)  # noqa: NPY002 (legacy global state that some tests may still touch)
