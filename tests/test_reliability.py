@@ -18,7 +18,8 @@ Covered elsewhere (not repeated here):
   (``test_refusals_exit_2_with_a_message_and_leave_output_alone``,
   ``test_checkpoint_from_another_configuration_is_refused``); repeated here once each only to
   record their messages (cheap: refused before anything is compiled);
-* a traceback-free refusal from a real subprocess: ``tests/test_cli.py::test_subprocess_refusal_has_no_traceback``;
+* a traceback-free refusal from a real subprocess:
+  ``tests/test_cli.py::test_subprocess_refusal_has_no_traceback``;
 * SIGKILL then ``--resume`` bitwise equal, SIGINT writes a checkpoint and the metrics:
   ``tests/test_cli.py``; same seed same trace (library): ``tests/test_fit.py::test_same_seed_same_trace``;
   config.json holds the seed and the versions of python, jax, jaxlib, grepvi:
