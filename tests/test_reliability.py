@@ -102,7 +102,8 @@ def _write_data_files(folder: Path) -> None:
 SGD = "sparse-gamma-def"
 BGMF = "beta-gamma-mf"
 
-# id -> (model, dataset or None for synthetic, extra options, text the message must contain)
+# id -> (model, dataset file in the data folder ("name:x": the name x; None: synthetic), extra
+# options, text the message must contain)
 CASES = {
     "data file does not exist": (SGD, "missing.npz", [], "expected an existing file, found none"),
     "data file not a valid array file": (SGD, "junk.npz", [], "not a valid .npz file"),
@@ -116,7 +117,7 @@ CASES = {
     "test split overlaps train split": (SGD, "overlap.npz", [], "expected disjoint train and test rows"),
     "test split empty": (SGD, "empty.npz", [], "empty test split"),
     "unknown model": ("deep-net", None, [], "unknown model 'deep-net'"),
-    "unknown dataset": (SGD, "no-such-data", [], "no-such-data"),
+    "unknown dataset name": (SGD, "name:mnsit", [], "data set 'mnsit': expected one of olivetti"),
     "unknown estimator": (SGD, None, ["--estimator", "magic"], "unknown estimator 'magic'"),
     "step size zero": (SGD, None, ["--step-size", "0"], "--step-size: expected a positive number"),
     "step size negative": (SGD, None, ["--step-size", "-0.5"], "--step-size: expected a positive number"),
@@ -141,7 +142,8 @@ def _argv(case, data_dir: Path, out: Path, overwrite=True):
     model, dataset, extra, _ = CASES[case]
     argv = ["fit", *TINY, "--model", model, "--out", str(out)]
     if dataset is not None:
-        argv[argv.index("synthetic")] = str(data_dir / dataset)
+        name = dataset[len("name:") :] if dataset.startswith("name:") else str(data_dir / dataset)
+        argv[argv.index("synthetic")] = name
     if "--estimator" not in extra:
         argv += ["--estimator", "advi"]
     if "--num-steps" not in extra and "--time-budget" not in extra:
