@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
 
     assert len(jax.devices()) == 4, jax.devices()
     data = np.random.default_rng(0).poisson(2.0, (16, 12)).astype(np.float32)
-    model = sparse_gamma_def(data, layer_sizes=(4, 2))
+    model = sparse_gamma_def(data, layer_sizes=(4,))
     target = model.target()
     estimator = get_estimator("grep")
     LR = 0.01
