@@ -143,6 +143,12 @@ def safe_exp(log_value):
     the model ``z = safe_exp(log z)``, never 0 or inf, so a model's ``log z`` and ``c / z``
     stay finite. Where the clamp is active the derivative is exactly 0, even when the model's
     own cotangent is infinite (no ``inf * 0 = nan``).
+
+    The derivative passes through at the lower clamp (``dz = z d log z`` with the clamped
+    ``z``): a model term ``c log z`` then gets its exact derivative ``c`` in log space, and a
+    term ``b z`` a derivative of ``b * 1e-30``, as it should. Zeroing it there biased G-REP
+    by 44 standard errors on a Dirichlet with a concentration of 0.05 (3% of draws clamped).
+    Only at the upper clamp (``z > 1e34``, pathological) is the derivative zero.
     """
     dtype = jnp.result_type(log_value)
     return jnp.exp(jnp.clip(log_value, log_tiny(dtype), log_huge(dtype)))
@@ -153,8 +159,8 @@ def _safe_exp_jvp(primals, tangents):
     (log_value,), (tangent,) = primals, tangents
     dtype = jnp.result_type(log_value)
     value = safe_exp(log_value)
-    inside = (log_value > log_tiny(dtype)) & (log_value < log_huge(dtype))
-    return value, jnp.where(inside, value * tangent, jnp.zeros_like(tangent))
+    below_top = log_value < log_huge(dtype)
+    return value, jnp.where(below_top, value * tangent, jnp.zeros_like(tangent))
 
 
 def _logit_bounds(dtype):
@@ -169,7 +175,9 @@ def safe_sigmoid(logit):
     """``sigmoid`` with ``logit`` clamped so that ``z`` and ``1 - z`` are never 0.
 
     In float32 ``z`` lies in ``[1e-30, 1 - 1.6e-7]``; a model's ``log z``, ``log1p(-z)``,
-    ``c / z`` and ``c / (1 - z)`` stay finite. The derivative is 0 where the clamp is active.
+    ``c / z`` and ``c / (1 - z)`` stay finite. The derivative ``z (1 - z) d logit`` passes
+    through the clamp with the clamped ``z``, so model terms ``c log z`` and ``c log(1 - z)``
+    get their exact derivatives in logit space (``c (1 - z)`` and ``-c z``).
     """
     lower, upper = _logit_bounds(jnp.result_type(logit))
     return jax.nn.sigmoid(jnp.clip(logit, lower, upper))
@@ -178,7 +186,5 @@ def safe_sigmoid(logit):
 @safe_sigmoid.defjvp
 def _safe_sigmoid_jvp(primals, tangents):
     (logit,), (tangent,) = primals, tangents
-    lower, upper = _logit_bounds(jnp.result_type(logit))
     value = safe_sigmoid(logit)
-    inside = (logit > lower) & (logit < upper)
-    return value, jnp.where(inside, value * (1.0 - value) * tangent, jnp.zeros_like(tangent))
+    return value, value * (1.0 - value) * tangent
