@@ -304,7 +304,8 @@ def step(
     """One minibatch iteration: draw rows, estimate, update the globals and the batch's locals.
 
     ``indices`` (``B`` distinct rows) overrides the random batch. A non-finite gradient or
-    update is skipped, as in :func:`grepvi.inference.step`.
+    update is skipped, as in :func:`grepvi.inference.step`. For an estimator with its own
+    families (ADVI), build the problem with ``families=estimator.adapt_families(...)``.
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
     if indices is None:
@@ -361,9 +362,9 @@ def minibatch_fit_steps(builder, data, hyperparameters, batch_size, num_steps, s
     if num_steps < 1:
         raise ConfigError(f"num_steps must be positive, got {num_steps}")
     model = builder(data, **hyperparameters)
-    problem = minibatch_problem(model, batch_size)
-    optimizer = advi_stepsize(0.1)
     estimator = get_estimator(estimator)
+    problem = minibatch_problem(model, batch_size, estimator.adapt_families(model.latents()))
+    optimizer = advi_stepsize(0.1)
     state = init(jax.random.key(seed), problem, optimizer)
     jitted = jax.jit(lambda s: step(s, problem, estimator, optimizer), donate_argnums=0)
     start = time.perf_counter()
