@@ -45,7 +45,7 @@ from grepvi.estimators.base import (
 )
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
 
-CONTENDERS = ("grep", "grep-fused", "grep-full", "advi", "advi-grad")
+CONTENDERS = ("grep-closed-form", "grep", "grep-fused", "grep-full", "advi", "advi-grad")
 
 
 def fused_grep(logdensity_and_local_fn) -> Estimator:
