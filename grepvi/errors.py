@@ -5,7 +5,14 @@ Every error a user can cause by what they pass in (a file, an array, an option) 
 message names the argument, what was expected and what was found.
 """
 
-__all__ = ["GrepviError", "DataError", "ConfigError", "ModelError", "NumericalError"]
+__all__ = [
+    "GrepviError",
+    "DataError",
+    "ConfigError",
+    "ModelError",
+    "NumericalError",
+    "NonFiniteStepWarning",
+]
 
 
 class GrepviError(Exception):
@@ -26,3 +33,7 @@ class ModelError(GrepviError, ValueError):
 
 class NumericalError(GrepviError, FloatingPointError):
     """A non-finite value would reach the variational parameters."""
+
+
+class NonFiniteStepWarning(RuntimeWarning):
+    """Some steps had a non-finite gradient and were skipped (the parameters did not move)."""

@@ -7,6 +7,7 @@ the fitted posterior with a trace of ELBO estimates and wall time.
 """
 
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grepvi.errors import ConfigError, ModelError
+from grepvi.errors import ConfigError, ModelError, NonFiniteStepWarning, NumericalError
 from grepvi.estimators.base import Estimator, Target, get_estimator
 from grepvi.families.base import Family, Posterior
 from grepvi.optim import advi_stepsize
@@ -182,6 +183,41 @@ def _resolve_optimizer(optimizer, step_size):
     return advi_stepsize(learning_rate=float(step_size))
 
 
+STALL_STEPS = 50  # this many skipped steps in a row stop a run with NumericalError
+
+
+def report_skipped_steps(finite, nonfinite_latents, names, first_iteration, consecutive=0):
+    """Warns about skipped (non-finite) steps of one chunk; raises if the run has stalled.
+
+    Returns the number of skipped steps in a row at the end of the chunk (carried to the
+    next call). Which latent had the non-finite gradient and at which iterations is named.
+    """
+    finite = np.asarray(finite, bool)
+    if finite.all():
+        return 0
+    bad = np.asarray(nonfinite_latents, bool)
+    iterations = first_iteration + np.flatnonzero(~finite)
+    latents = [name for i, name in enumerate(names) if bad[:, i].any()]
+    warnings.warn(
+        f"{(~finite).sum()} step(s) skipped at iteration(s) {iterations[:5].tolist()}"
+        f"{'...' if iterations.size > 5 else ''}: non-finite gradient for latent(s) {latents} "
+        "(the parameters were left as they were)",
+        NonFiniteStepWarning,
+        stacklevel=3,
+    )
+    run = 0
+    for ok in finite:
+        run = 0 if ok else run + 1
+        consecutive = 0 if ok else consecutive + 1
+        if consecutive >= STALL_STEPS:
+            raise NumericalError(
+                f"{consecutive} steps in a row up to iteration {first_iteration + len(finite) - 1} "
+                f"had a non-finite gradient (latents {latents}); the run has stalled. "
+                "Lower the step size or check the model at the current parameters."
+            )
+    return consecutive
+
+
 def run_chunks(
     state: VIState,
     target: Target,
@@ -208,6 +244,8 @@ def run_chunks(
         return jax.lax.scan(scan_body, carry, None, length=1)
 
     elbos, times, extras = [], [], {}
+    names = sorted(target.families)
+    consecutive = 0
     start = time.perf_counter()
     done = 0
     while done < num_steps:
@@ -222,7 +260,10 @@ def run_chunks(
                 times.append(np.array([now]))
                 for key, value in info1.extras.items():
                     extras.setdefault(key, []).append(np.asarray(value))
-            done += n
+                consecutive = report_skipped_steps(
+                    info1.finite, info1.nonfinite_latents, names, done, consecutive
+                )
+                done += 1
             if callback is not None:
                 callback(state, done, np.concatenate(elbos))
             continue
@@ -233,6 +274,7 @@ def run_chunks(
         elbos.append(info_elbo)
         for key, value in info.extras.items():
             extras.setdefault(key, []).append(np.asarray(value))
+        consecutive = report_skipped_steps(info.finite, info.nonfinite_latents, names, done, consecutive)
         done += n
         if callback is not None:
             callback(state, done, np.concatenate(elbos))

@@ -513,7 +513,7 @@ def train(
 
     def body(carry, _):
         new_state, info = step(carry, target, estimator, optimizer)
-        outputs = {"elbo": info.elbo, "finite": info.finite}
+        outputs = {"elbo": info.elbo, "finite": info.finite, "nonfinite_latents": info.nonfinite_latents}
         outputs.update({key: value for key, value in info.extras.items() if jnp.ndim(value) == 0})
         if keep_params:
             outputs["params"] = carry.params
@@ -587,9 +587,10 @@ def train(
                             first = jax.tree_util.tree_map(lambda leaf: leaf[None], before.params)
                             rows["elbo"][0] = float(np.asarray(elbo_fn(iterations[:1], first))[0])
                 for key, value in outputs.items():
-                    if key not in ("elbo", "finite", "params"):
+                    if key not in ("elbo", "finite", "params", "nonfinite_latents"):
                         rows[key] = np.asarray(value, np.float64)
                 rows["skipped"] = 1.0 - np.asarray(outputs["finite"], np.float64)
+                _warn_skipped(outputs, target, iterations[0])
                 trace.add(rows)
                 if chunk_eval_fn is not None:
                     for key, value in chunk_eval_fn(state).items():
@@ -632,3 +633,18 @@ def median_time_per_iteration(trace_arrays) -> float:
 
 def describe(value: Any) -> str:
     return json.dumps(value, default=_json_default)
+
+
+def _warn_skipped(outputs, target, first_iteration):
+    """Says which latent had a non-finite gradient at which iterations (steps were skipped)."""
+    from grepvi.errors import NumericalError
+    from grepvi.inference import report_skipped_steps
+
+    try:
+        report_skipped_steps(
+            outputs["finite"], outputs["nonfinite_latents"], sorted(target.families), int(first_iteration)
+        )
+    except NumericalError as error:  # a run keeps going (and checkpointing); say it loudly
+        import warnings
+
+        warnings.warn(str(error), RuntimeWarning, stacklevel=2)

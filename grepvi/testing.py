@@ -66,8 +66,8 @@ def gamma_poisson(
 
     def exact_elbo(params):
         p = params["rate"]
-        a = _math.softplus(p["concentration"])
-        b = a / _math.softplus(p["mean"])
+        natural = family.natural_params(p)
+        a, b = natural["concentration"], natural["rate"]
         expected_log = digamma(a) - jnp.log(b)
         expected = a / b
         value = (prior_shape - 1.0 + total) * expected_log - (prior_rate + n) * expected

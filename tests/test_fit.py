@@ -147,7 +147,38 @@ def test_nonfinite_gradient_steps_are_skipped_and_counted():
         spike = jnp.where(rate > 1.5, jnp.nan, 0.0)  # NaN value and gradient for large draws
         return jnp.sum(2.0 * jnp.log(rate) - rate) + jnp.sum(spike * rate)
 
-    result = grepvi.fit(logdensity_fn, {"rate": grepvi.Gamma(shape=(2,))}, num_steps=200, progress=False)
+    with pytest.warns(grepvi.errors.NonFiniteStepWarning, match=r"latent\(s\) \['rate'\]"):
+        result = grepvi.fit(logdensity_fn, {"rate": grepvi.Gamma(shape=(2,))}, num_steps=200, progress=False)
     assert result.num_skipped_steps > 0
     for leaf in jax.tree_util.tree_leaves(result.params):
         assert np.all(np.isfinite(np.asarray(leaf)))
+
+
+def test_a_stalled_run_raises_numerical_error_naming_the_latent():
+    """Every gradient non-finite: after ``STALL_STEPS`` skipped steps in a row, a clear error."""
+
+    with pytest.warns(grepvi.errors.NonFiniteStepWarning):
+        with pytest.raises(grepvi.NumericalError, match=r"in a row.*\['rate'\].*stalled"):
+            grepvi.fit(
+                _nan_grad,
+                {"rate": grepvi.Gamma(shape=(2,))},
+                num_steps=120,
+                chunk_size=60,
+                progress=False,
+            )
+
+
+@jax.custom_jvp
+def _nan_grad_core(x):
+    return jnp.sum(jnp.log(x))
+
+
+@_nan_grad_core.defjvp
+def _nan_grad_core_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _nan_grad_core(x), jnp.sum(t * jnp.nan)
+
+
+def _nan_grad(z):
+    """Finite value, NaN gradient (so the initial-point check passes and every step is skipped)."""
+    return _nan_grad_core(z["rate"])

@@ -317,14 +317,11 @@ def test_dirichlet_extremes_are_finite_and_round_trip(x64, standardization):
 # --- below the tested range: where a diverging optimization takes the gamma shapes ------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="float32 G-REP gradient overflows at gamma shape 1e-11 (reached after 3 steps of the "
-    "sparse gamma DEF on Olivetti at the paper's eta = 5, benchmarks/nan_sweep.py): the reverse pass "
-    "of trigamma's series (d/dt t^-2 = -2 t^-3 ~ 2e33) times the local log joint overflows, inf - inf "
-    "gives NaN in d/d concentration; the step guard then skips every later step",
-)
 def test_gamma_grep_gradient_finite_at_shape_1e_minus_11_float32():
+    """Unconstrained parameters that would mean a shape of 1e-11 (reached after 3 steps of the
+    sparse gamma DEF on Olivetti at the paper's eta = 5): the reverse pass of trigamma's
+    series (-2 t^-3 ~ 2e33) times the local log joint overflowed float32 and every later
+    step was skipped. ``Gamma.min_concentration`` (1e-6) keeps the gradient finite."""
     params = {"concentration": _unconstrained(1e-11, jnp.float32), "mean": _unconstrained(1.0, jnp.float32)}
     out = jax.device_get(_gamma_check(params, jax.random.key(0)))
     _assert_finite(out["grad"], "shape 1e-11, mean 1, float32")
