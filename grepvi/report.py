@@ -336,13 +336,23 @@ def perplexity_figure(runs, path) -> Path | None:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=120)
-    curves = _plot_curves(ax, runs, "perplexity", smooth=False)
+    curves = _plot_curves(ax, runs, "perplexity")
     values = np.concatenate([c[np.isfinite(c)] for c in curves]) if curves else np.zeros(0)
     ax.set_xscale("log")
     if values.size and values.max() / max(values.min(), 1e-9) > 20:
         ax.set_yscale("log")
     ax.set_xlabel("training wall time (s, log scale)")
     ax.set_ylabel("held-out perplexity (lower is better)")
+    ax.text(
+        0.99,
+        0.98,
+        "one posterior draw every 10 iterations;\nmedians over blocks of evaluations",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=7,
+        color="0.4",
+    )
     ax.set_title(f"Perplexity — {_title(runs[0].model, runs[0].dataset)}")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(frameon=False)
