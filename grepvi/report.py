@@ -221,7 +221,8 @@ def _loglik_cell(metrics) -> str:
     mean, std = value.get("mean"), value.get("std")
     if mean is None or not math.isfinite(mean):
         return "–"
-    digits = max(1, -int(math.floor(math.log10(abs(std)))) if std and std > 0 else 3)
+    # Two significant digits of the standard deviation, as the paper prints them.
+    digits = max(1, 1 - int(math.floor(math.log10(abs(std)))) if std and std > 0 else 3)
     digits = min(digits, 6)
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
@@ -256,7 +257,9 @@ def _title(model, dataset) -> str:
 
 
 def _label(run: RunRecord, runs) -> str:
-    same = [r for r in runs if r.estimator == run.estimator]
+    same = [
+        r for r in runs if r.estimator == run.estimator and (r.model, r.dataset) == (run.model, run.dataset)
+    ]
     label = run.label
     if len(same) > 1:
         samples = {r.num_samples for r in same}
@@ -507,6 +510,7 @@ def _tables(runs):
     for run in sorted(
         runs,
         key=lambda r: (
+            list(DATASET_LABELS).index(r.dataset) if r.dataset in DATASET_LABELS else 99,
             r.dataset,
             r.model,
             list(LABELS).index(r.estimator) if r.estimator in LABELS else 99,
