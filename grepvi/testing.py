@@ -105,8 +105,8 @@ def beta_bernoulli(
 
     def exact_elbo(params):
         p = params["prob"]
-        a = _math.softplus(p["concentration1"])
-        b = _math.softplus(p["concentration0"])
+        natural = family.natural_params(p)
+        a, b = natural["concentration1"], natural["concentration0"]
         log_z = digamma(a) - digamma(a + b)
         log_1mz = digamma(b) - digamma(a + b)
         value = (prior_a - 1.0 + s) * log_z + (prior_b - 1.0 + n - s) * log_1mz

@@ -55,6 +55,7 @@ class Beta(Family):
     init_concentration0: float = 1.0
     init_noise: float = 0.0
     standardization: str = "logit"
+    min_concentration: float = 1e-6  # floor added to both, as ``Gamma.min_concentration``
 
     support = "unit_interval"
 
@@ -73,18 +74,19 @@ class Beta(Family):
             a = a * jnp.exp(self.init_noise * jax.random.normal(key_a, self.shape, dtype))
             b = b * jnp.exp(self.init_noise * jax.random.normal(key_b, self.shape, dtype))
         return {
-            "concentration1": _math.inverse_softplus(a),
-            "concentration0": _math.inverse_softplus(b),
+            "concentration1": _math.inverse_softplus(a - self.min_concentration),
+            "concentration0": _math.inverse_softplus(b - self.min_concentration),
         }
 
     def natural_params(self, params):
         return {
-            "concentration1": _math.softplus(params["concentration1"]),
-            "concentration0": _math.softplus(params["concentration0"]),
+            "concentration1": self.min_concentration + _math.softplus(params["concentration1"]),
+            "concentration0": self.min_concentration + _math.softplus(params["concentration0"]),
         }
 
     def _ab(self, params):
-        return _math.softplus(params["concentration1"]), _math.softplus(params["concentration0"])
+        natural = self.natural_params(params)
+        return natural["concentration1"], natural["concentration0"]
 
     def _sigma(self, a, b):
         return jnp.sqrt(_math.trigamma(a) + _math.trigamma(b))
