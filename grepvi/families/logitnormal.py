@@ -17,18 +17,17 @@ and bounded by ``|mu| + sigma |eps|``); the entropy is
 """
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from grepvi import _math
-from grepvi.families.base import Family
+from grepvi.families.location_scale import HALF_LOG_2PI as _HALF_LOG_2PI
+from grepvi.families.location_scale import LocationScale
 
 __all__ = ["LogitNormal", "gauss_hermite_expectation"]
 
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _NUM_NODES = 64
 _NODES, _WEIGHTS = np.polynomial.hermite.hermgauss(_NUM_NODES)
 
@@ -48,36 +47,11 @@ def _log_sigmoid(x):
     return -jax.nn.softplus(-x)
 
 
-def _clamped_sigmoid(logit):
-    finfo = jnp.finfo(jnp.result_type(logit))
-    return jnp.clip(jax.nn.sigmoid(logit), finfo.tiny, 1.0 - finfo.epsneg)
-
-
 @dataclasses.dataclass(frozen=True)
-class LogitNormal(Family):
+class LogitNormal(LocationScale):
     """Mean-field logit-normal family; parameters ``{"loc", "scale"}`` (scale unconstrained)."""
 
-    init_loc: float = 0.0
-    init_scale: float = 1.0
-    init_noise: float = 0.0
-
     support = "unit_interval"
-
-    def init_params(self, rng_key=None, dtype=jnp.float32):
-        loc = jnp.full(self.shape, self.init_loc, dtype)
-        if rng_key is not None and self.init_noise > 0:
-            loc = loc + self.init_noise * jax.random.normal(rng_key, self.shape, dtype)
-        return {
-            "loc": loc,
-            "scale": _math.inverse_softplus(jnp.full(self.shape, self.init_scale, dtype)),
-        }
-
-    def natural_params(self, params):
-        return {"loc": params["loc"], "scale": _math.softplus(params["scale"])}
-
-    def sample_standardized(self, params, rng_key, sample_shape=()):
-        dtype = jnp.result_type(params["loc"])
-        return jax.random.normal(rng_key, tuple(sample_shape) + self.shape, dtype)
 
     def log_prob(self, params, z):
         loc, scale = params["loc"], _math.softplus(params["scale"])
@@ -109,12 +83,8 @@ class LogitNormal(Family):
         return params["loc"] + _math.softplus(params["scale"]) * eps
 
     def transform(self, params, eps):
-        return _clamped_sigmoid(self.logit_transform(params, eps))
+        return _math.safe_sigmoid(self.logit_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         logit = self.logit_transform(params, eps)
         return _log_sigmoid(logit) + _log_sigmoid(-logit) + jnp.log(_math.softplus(params["scale"]))
-
-    def log_prob_standardized(self, params, eps):
-        # Standard normal: independent of the parameters (g_corr = 0 exactly).
-        return -0.5 * eps**2 - _HALF_LOG_2PI

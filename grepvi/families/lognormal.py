@@ -6,44 +6,21 @@ and G-REP reduces to ADVI with a log transform. ``sigma`` is optimized through s
 """
 
 import dataclasses
-import math
 
-import jax
 import jax.numpy as jnp
 
 from grepvi import _math
-from grepvi.families.base import Family
+from grepvi.families.location_scale import HALF_LOG_2PI as _HALF_LOG_2PI
+from grepvi.families.location_scale import LocationScale
 
 __all__ = ["LogNormal"]
 
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-
 
 @dataclasses.dataclass(frozen=True)
-class LogNormal(Family):
+class LogNormal(LocationScale):
     """Mean-field log-normal family; parameters ``{"loc", "scale"}`` (scale unconstrained)."""
 
-    init_loc: float = 0.0
-    init_scale: float = 1.0
-    init_noise: float = 0.0
-
     support = "positive"
-
-    def init_params(self, rng_key=None, dtype=jnp.float32):
-        loc = jnp.full(self.shape, self.init_loc, dtype)
-        if rng_key is not None and self.init_noise > 0:
-            loc = loc + self.init_noise * jax.random.normal(rng_key, self.shape, dtype)
-        return {
-            "loc": loc,
-            "scale": _math.inverse_softplus(jnp.full(self.shape, self.init_scale, dtype)),
-        }
-
-    def natural_params(self, params):
-        return {"loc": params["loc"], "scale": _math.softplus(params["scale"])}
-
-    def sample_standardized(self, params, rng_key, sample_shape=()):
-        dtype = jnp.result_type(params["loc"])
-        return jax.random.normal(rng_key, tuple(sample_shape) + self.shape, dtype)
 
     def log_prob(self, params, z):
         loc, scale = params["loc"], _math.softplus(params["scale"])
@@ -73,7 +50,3 @@ class LogNormal(Family):
 
     def log_abs_det_jacobian(self, params, eps):
         return self.log_transform(params, eps) + jnp.log(_math.softplus(params["scale"]))
-
-    def log_prob_standardized(self, params, eps):
-        # Standard normal: independent of the parameters (g_corr = 0 exactly).
-        return -0.5 * eps**2 - _HALF_LOG_2PI
