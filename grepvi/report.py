@@ -375,30 +375,29 @@ def samples_figure(runs, path, max_iterations: int = 200) -> Path | None:
         return None
     runs = sorted(runs, key=lambda run: run.num_samples or 0)
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0), dpi=120)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.3), dpi=120)
     cmap = plt.get_cmap("viridis")
-    curves = []
     for i, run in enumerate(runs):
         color = cmap(i / max(1, len(runs) - 1))
         it = run.trace["iteration"]
         keep = it <= max_iterations
-        ys = run.trace["elbo"][keep]
-        left.plot(it[keep], ys, color=color, linewidth=1.4, label=f"S = {run.num_samples}")
-        curves.append(ys)
+        label = f"S = {run.num_samples}"
+        skipped = int(np.nansum(run.trace.get("skipped", np.zeros(1))[keep]))
+        if skipped:
+            label += f" ({skipped} steps skipped)"
+        # -ELBO on a log axis: the first iterations span orders of magnitude.
+        left.plot(it[keep], -run.trace["elbo"][keep], color=color, linewidth=1.4, label=label)
         if "gradient_variance" in run.trace:
             variance = run.trace["gradient_variance"][keep] / float(run.num_samples or 1)
-            right.plot(it[keep], variance, color=color, linewidth=1.4, label=f"S = {run.num_samples}")
-    limits = _robust_ylim(curves)
-    if limits is not None:
-        left.set_ylim(*limits)
+            right.plot(it[keep], variance, color=color, linewidth=1.4, label=label)
+    left.set_yscale("log")
     left.set_xlabel("iteration")
-    left.set_ylabel("ELBO (nats)")
+    left.set_ylabel("−ELBO (nats, log scale; lower is better)")
     left.set_title("ELBO")
-    left.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     right.set_yscale("log")
     right.set_xlabel("iteration")
-    right.set_ylabel("average variance of the gradient estimate")
-    right.set_title("Average gradient variance (per component, of the S-sample mean)")
+    right.set_ylabel("variance of the S-sample mean\n(average over components)")
+    right.set_title("Average gradient variance")
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(frameon=False, fontsize=8)
