@@ -5,7 +5,7 @@
 set -euo pipefail
 BUDGET=${1:-300}
 OUT=${2:-runs}
-COMMON=(--time-budget "$BUDGET" --eval-samples 100 --refit-steps 500)
+COMMON=(--time-budget "$BUDGET" --eval-samples 100 --refit-steps 500 --elbo-every 10)
 
 # Figure 1 (ELBO vs time), Figure 2b (test log-likelihood), Table 1 (time per iteration, eta):
 grepvi compare --model sparse-gamma-def --dataset olivetti --estimators grep,advi,bbvi "${COMMON[@]}" --out "$OUT/olivetti"
@@ -15,7 +15,9 @@ grepvi compare --model beta-gamma-mf --dataset omniglot --estimators grep,advi "
 grepvi compare --model sparse-gamma-def --dataset nips --estimators grep,advi,bbvi "${COMMON[@]}" --out "$OUT/nips"
 # The eta search of Table 1 (left): add --eta-search to any compare above (4 runs per estimator).
 # Supplement E.1, Figure 3: G-REP with 1, 2, 5, 10, 20 samples, first 200 iterations, Olivetti:
+# (the paper does not give its eta; with Table 1's 5 the first steps blow up, see REPRODUCING.md)
 grepvi samples --model sparse-gamma-def --dataset olivetti --sample-counts 1,2,5,10,20 --num-steps 200 \
-  --refit-steps 0 --eval-samples 10 --out "$OUT/olivetti-samples"
+  --step-size 0.5 --refit-steps 0 --eval-samples 10 --out "$OUT/olivetti-samples-eta0.5"
+grepvi report "$OUT/olivetti" "$OUT/mnist" "$OUT/omniglot" "$OUT/nips" --out "$OUT/all"
 # Supplement E.2, Figures 4-6 (reconstructions) are written by the compare runs above
 # ($OUT/<data>/reconstructions_<data>.png).

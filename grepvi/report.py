@@ -155,7 +155,7 @@ def find_runs(paths) -> list[RunRecord]:
                 runs.append(load_run(best))
                 continue
         found = sorted(p.parent for p in path.glob("*/" + CONFIG_FILE))
-        found += sorted(p.parent.parent for p in path.glob("*/eta_search.json"))
+        found += sorted(p.parent for p in path.glob("*/eta_search.json"))
         if not found:
             found = sorted(p.parent for p in path.rglob(CONFIG_FILE))
             if not found:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grepvi import cli, runs
+from grepvi import cli, report, runs
 
 CACHE = os.path.join(tempfile.gettempdir(), "grepvi-test-jax-cache")
 os.environ.setdefault("GREPVI_COMPILATION_CACHE", CACHE)
@@ -146,6 +146,8 @@ def test_compare_with_eta_search_and_samples_sweep(tmp_path, capsys):
     assert (out / "advi" / "eta_0.1" / "metrics.json").exists()
     assert _png_ok(out / "elbo_vs_time.png") and _png_ok(out / "reconstructions_synthetic.png")
     assert "| synthetic | ADVI |" in (out / "time_per_iteration.md").read_text()
+    chosen = report.find_runs([out])  # a compare folder: the eta search's chosen run only
+    assert [run.path for run in chosen] == [Path(search["best_run"])]
 
     sweep = tmp_path / "samples"
     code = cli.main(["samples", *TINY, "--estimator", "advi", "--sample-counts", "1,3", "--num-steps", "20",
