@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +58,8 @@ __all__ = [
     "unflatten_state",
     "save_params",
     "load_params",
+    "read_trace",
+    "median_time_per_iteration",
     "train",
     "TrainResult",
     "RUN_FILES",
@@ -629,10 +631,6 @@ def median_time_per_iteration(trace_arrays) -> float:
     if wall.size == 0:
         return math.nan
     return float(np.median(np.diff(wall, prepend=0.0)))
-
-
-def describe(value: Any) -> str:
-    return json.dumps(value, default=_json_default)
 
 
 def _warn_skipped(outputs, target, first_iteration):
