@@ -159,7 +159,29 @@ def environment_versions() -> dict:
         "numpy": np.__version__,
         "platform": platform.platform(),
         "backend": jax.default_backend(),
+        "git_commit": _git_commit(),
     }
+
+
+def _git_commit() -> str | None:
+    """``HEAD`` of the git checkout grepvi runs from (``+dirty`` with uncommitted changes)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "grepvi"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 # --- state <-> arrays ---------------------------------------------------------------------------
