@@ -5,7 +5,8 @@ Sections (``--sections``, any of ``def,mf,minibatch``):
 * ``def``: the sparse gamma DEF at the Olivetti size (N=320, D=4096, layers 100/40/15, float32,
   one Monte Carlo sample) on the Olivetti training faces when the data directory has them
   (``--data-dir``, else ``$GREPVI_DATA_DIR``, else ``../shared/data``), else Poisson(3) counts of
-  that shape. Contenders: grepvi G-REP (jitted :func:`grepvi.inference.step`), grepvi ADVI
+  that shape. Contenders: grepvi G-REP (:func:`grepvi.inference.step` in a jitted ``lax.scan``
+  of 10 iterations, as :func:`grepvi.fit` runs it; and one jitted step per call), grepvi ADVI
   (gradient draw only, and with its default 20 extra draws for the reported ELBO), Pyro
   (``Trace_ELBO``, gamma guide, PyTorch's pathwise gamma gradients) and NumPyro
   (``Trace_ELBO``, gamma guide, implicit gradients, jitted update). A peer that is not
@@ -97,19 +98,30 @@ def olivetti_or_poisson(directory, seed=0):
     return rng.poisson(3.0, OLIVETTI_SIZE).astype(np.float32), "Poisson(3) counts"
 
 
-def grepvi_step(model, estimator, seed=0, learning_rate=0.5):
-    """A no-argument function running one jitted :func:`grepvi.inference.step` (blocking)."""
+def grepvi_step(model, estimator, seed=0, learning_rate=0.5, chunk=10):
+    """A no-argument function running ``chunk`` iterations the way :func:`grepvi.fit` does.
+
+    ``fit`` runs :func:`grepvi.inference.step` inside a jitted ``lax.scan`` of a chunk of
+    iterations; so does this (``chunk=1``: one jitted step per call). The function carries
+    the state from call to call and has ``iterations = chunk``; :func:`time_interleaved`
+    reports the time per iteration.
+    """
     estimator = get_estimator(estimator) if isinstance(estimator, str) else estimator
     target = model.target()
     target = target._replace(families=estimator.adapt_families(target.families))
     optimizer = advi_stepsize(learning_rate)
-    jitted = jax.jit(lambda state: step(state, target, estimator, optimizer), donate_argnums=0)
+
+    def body(state, _):
+        return step(state, target, estimator, optimizer)
+
+    jitted = jax.jit(lambda state: jax.lax.scan(body, state, None, length=chunk), donate_argnums=0)
     holder = [init(jax.random.key(seed), target, optimizer)]
 
     def run():
         holder[0], info = jitted(holder[0])
         return jax.block_until_ready(info.elbo)
 
+    run.iterations = chunk
     return run
 
 
@@ -119,6 +131,7 @@ def def_contenders(data, peers, seed=0):
     model = sparse_gamma_def(data, LAYER_SIZES)
     contenders = {
         "grepvi G-REP": grepvi_step(model, "grep", seed),
+        "grepvi G-REP (one jitted step per call)": grepvi_step(model, "grep", seed, chunk=1),
         "grepvi ADVI": grepvi_step(model, get_estimator("advi", num_elbo_samples=0), seed),
         "grepvi ADVI (+20 ELBO draws)": grepvi_step(model, "advi", seed),
     }
@@ -217,7 +230,10 @@ def mf_contenders(directory, seed=0):
 
 
 def time_interleaved(contenders, repeats):
-    """Median seconds per call of each contender, the calls interleaved round by round."""
+    """Median seconds per iteration of each contender, the calls interleaved round by round.
+
+    A contender with an attribute ``iterations`` runs that many iterations per call.
+    """
     for run in contenders.values():  # compile and warm up
         run()
         run()
@@ -226,7 +242,7 @@ def time_interleaved(contenders, repeats):
         for name, run in contenders.items():
             start = time.perf_counter()
             run()
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name].append((time.perf_counter() - start) / getattr(run, "iterations", 1))
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 

@@ -50,6 +50,7 @@ import optax
 
 from grepvi.errors import ConfigError, ModelError
 from grepvi.estimators.base import Estimator, Target
+from grepvi.inference import materialize_gradient
 
 __all__ = [
     "MinibatchProblem",
@@ -313,6 +314,7 @@ def step(
     target = batch_target(problem, indices)
     params = batch_params(problem, state.params, indices)
     grad, info = estimator.estimate(key_estimate, params, target)
+    grad = materialize_gradient(grad, state.iteration >= 0)
     global_grad = {n: grad[n] for n in problem.global_latent_names}
     local_grad = {
         n: jax.tree_util.tree_map(lambda g: g / problem.scale, grad[n]) for n in problem.local_latent_names
