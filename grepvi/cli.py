@@ -27,6 +27,22 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
+def _integer(text):
+    """argparse type: an integer, with a message saying what was expected and found."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+
+
+def _number(text):
+    """argparse type: a number, with a message saying what was expected and found."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+
+
 def _enable_compilation_cache() -> None:
     """JAX's persistent compilation cache (compiling G-REP's step takes tens of seconds on CPU).
 
@@ -108,41 +124,43 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
     group.add_argument(
         "--layer-sizes", type=_sizes, default=(100, 40, 15), help="sparse gamma DEF (default 100,40,15)"
     )
-    group.add_argument("--num-factors", type=int, default=100, help="beta-gamma MF factors K (default 100)")
+    group.add_argument(
+        "--num-factors", type=_integer, default=100, help="beta-gamma MF factors K (default 100)"
+    )
     group = parser.add_argument_group("inference")
     if estimator:
-        group.add_argument("--estimator", required=True, help="grep, bbvi, advi, implicit or rsvi")
-    group.add_argument("--time-budget", type=float, metavar="S", help="seconds of training (wall time)")
-    group.add_argument("--num-steps", type=int, metavar="N", help="iterations")
+        group.add_argument("--estimator", default="grep", help="grep (default), bbvi, advi, implicit or rsvi")
+    group.add_argument("--time-budget", type=_number, metavar="S", help="seconds of training (wall time)")
+    group.add_argument("--num-steps", type=_integer, metavar="N", help="iterations")
     group.add_argument(
         "--step-size",
-        type=float,
+        type=_number,
         metavar="ETA",
         help="eta of the step-size sequence (default: the paper's, else 0.5)",
     )
     group.add_argument(
-        "--num-samples", type=int, metavar="S", help="draws per gradient (default: 1; BBVI 30)"
+        "--num-samples", type=_integer, metavar="S", help="draws per gradient (default: 1; BBVI 30)"
     )
     group.add_argument(
         "--elbo-samples",
-        type=int,
+        type=_integer,
         metavar="S",
         help="draws of the reported ELBO (default: 20 for ADVI, else 1)",
     )
     group.add_argument(
         "--elbo-every",
-        type=int,
+        type=_integer,
         default=1,
         metavar="N",
         help="evaluate that ELBO every N iterations (1, or a multiple of --chunk-size)",
     )
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=_integer, default=0)
     group = parser.add_argument_group("evaluation and output")
     group.add_argument(
-        "--eval-samples", type=int, default=100, help="posterior draws of the test log-likelihood"
+        "--eval-samples", type=_integer, default=100, help="posterior draws of the test log-likelihood"
     )
     group.add_argument(
-        "--refit-steps", type=int, default=200, help="iterations fitting the test rows' local latents"
+        "--refit-steps", type=_integer, default=200, help="iterations fitting the test rows' local latents"
     )
     group.add_argument(
         "--refit-estimator",
@@ -150,17 +168,17 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         help="estimator of that refit (default: the run's; G-REP for BBVI)",
     )
     group.add_argument(
-        "--refit-step-size", type=float, metavar="ETA", help="eta of that refit (default: --step-size)"
+        "--refit-step-size", type=_number, metavar="ETA", help="eta of that refit (default: --step-size)"
     )
     group.add_argument(
-        "--chunk-size", type=int, default=10, help="iterations per compiled chunk (default 10)"
+        "--chunk-size", type=_integer, default=10, help="iterations per compiled chunk (default 10)"
     )
     group.add_argument(
-        "--checkpoint-every", type=int, default=0, metavar="N", help="checkpoint every N iterations"
+        "--checkpoint-every", type=_integer, default=0, metavar="N", help="checkpoint every N iterations"
     )
     group.add_argument(
         "--checkpoint-seconds",
-        type=float,
+        type=_number,
         default=60.0,
         metavar="S",
         help="checkpoint every S seconds (default 60)",
@@ -208,12 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a small G-REP vs ADVI comparison on simulated data (no download)")
     demo.add_argument("--out", default="grepvi-demo", help="output folder (default ./grepvi-demo)")
     demo.add_argument(
-        "--time-budget", type=float, default=10.0, metavar="S", help="seconds per estimator (10)"
+        "--time-budget", type=_number, default=10.0, metavar="S", help="seconds per estimator (10)"
     )
     demo.add_argument(
         "--estimators", type=_names, default=["grep", "advi"], help="default grep,advi; add bbvi"
     )
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=_integer, default=0)
     demo.add_argument("--overwrite", action="store_true", help="replace an earlier demo in --out")
     demo.add_argument("--quiet", action="store_true")
 

@@ -326,10 +326,12 @@ def load_data(config: RunConfig):
     """The :class:`~grepvi.data.Dataset` of ``config`` (loaded, or simulated for "synthetic")."""
     if str(config.dataset).lower() == SYNTHETIC:
         return _synthetic(config)
-    from grepvi.data import load_dataset
+    from grepvi.data import DATASET_NAMES, load_dataset
 
-    dataset = load_dataset(config.dataset, config.data_dir, seed=config.seed)
     expected = _LIKELIHOOD[config.model]
+    # A file's values are checked against the model's likelihood, not one inferred from them.
+    options = {} if str(config.dataset).lower() in DATASET_NAMES else {"likelihood": expected}
+    dataset = load_dataset(config.dataset, config.data_dir, seed=config.seed, **options)
     if dataset.likelihood != expected:
         raise DataError(
             f"--dataset {config.dataset}: the {config.model} model needs {expected} data, found "

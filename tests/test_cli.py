@@ -200,7 +200,7 @@ def test_refusals_exit_2_with_a_message_and_leave_output_alone(fitted, tmp_path,
     argv = ["fit", "--model", "beta-gamma-mf", "--dataset", str(tmp_path / "counts.npz"),
             "--estimator", "advi", "--num-steps", "5", "--out", str(tmp_path / "m")]  # fmt: skip
     assert cli.main(argv) == 2
-    assert "needs bernoulli data, found poisson data" in capsys.readouterr().err
+    assert "expected binary values in {0, 1} for the Bernoulli likelihood" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path / "nothing-here")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

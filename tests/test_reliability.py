@@ -111,8 +111,8 @@ CASES = {
     "negative counts, Poisson": (SGD, "negative.npz", [], "found negative counts"),
     "fractional counts, Poisson": (SGD, "fractional.npz", [], "found fractional counts"),
     "NaN counts, Poisson": (SGD, "nan.npz", [], "found NaN"),
-    "non-binary data (counts), Bernoulli": (BGMF, "grey.npz", [], "needs bernoulli data, found poisson"),
-    "non-binary data (fractions), Bernoulli": (BGMF, "half.npz", [], "fractional"),
+    "non-binary data (counts), Bernoulli": (BGMF, "grey.npz", [], "expected binary values in {0, 1}"),
+    "non-binary data (fractions), Bernoulli": (BGMF, "half.npz", [], "for the Bernoulli likelihood"),
     "images of inconsistent shapes": (BGMF, "mixed.npz", [], "inconsistent shapes"),
     "test split overlaps train split": (SGD, "overlap.npz", [], "expected disjoint train and test rows"),
     "test split empty": (SGD, "empty.npz", [], "empty test split"),
@@ -133,7 +133,13 @@ CASES = {
         ["--num-samples", "-2"],
         "--num-samples: expected a positive integer",
     ),
-    "sample count fractional": (SGD, None, ["--num-samples", "1.5"], "--num-samples"),
+    "sample count fractional": (
+        SGD,
+        None,
+        ["--num-samples", "1.5"],
+        "argument --num-samples: expected an integer, found '1.5'",
+    ),
+    "step size not a number": (SGD, None, ["--step-size", "abc"], "expected a number, found 'abc'"),
     "ELBO sample count zero": (SGD, None, ["--elbo-samples", "0"], "--elbo-samples"),
 }
 

@@ -13,6 +13,7 @@ the Olivetti ``.mat``, MNIST IDX files, Omniglot zips of PNGs, UCI ``docword`` f
 """
 
 import gzip
+import inspect
 import os
 import zipfile
 import zlib
@@ -255,6 +256,9 @@ def load_file(
     ``.mat`` with the variable ``faces`` loads like Olivetti, other ``.npz`` and ``.mat`` files
     are generic (:func:`load_arrays`), IDX image files load like MNIST, zips like Omniglot,
     ``docword`` files like NIPS with a random split.
+
+    ``likelihood=`` ("poisson" or "bernoulli") validates a generic file's values against it
+    (instead of inferring it) and checks any other file's data set against it.
     """
     path = resolve_file(path, data_dir)
     canonical = _CANONICAL_FILES.get(path.name)
@@ -268,6 +272,12 @@ def load_file(
         else:
             loader = _FORMAT_LOADERS[file_format]
         label = f"the {file_format} file {path}"
+    wanted = options.get("likelihood")
+    if wanted is not None and "likelihood" not in inspect.signature(loader).parameters:
+        # Loaders of one data set's own format know their likelihood; check it after loading.
+        options = {key: value for key, value in options.items() if key != "likelihood"}
     check_options(loader, options, label)
     dataset = loader(path=path, seed=seed, **options)
+    if wanted is not None and dataset.likelihood != check_likelihood(wanted):
+        raise DataError(f"{label}: expected {wanted} data, found {dataset.likelihood} data")
     return dataset._replace(name=canonical or file_stem(path))
