@@ -160,7 +160,10 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         "--eval-samples", type=_integer, default=100, help="posterior draws of the test log-likelihood"
     )
     group.add_argument(
-        "--refit-steps", type=_integer, default=200, help="iterations fitting the test rows' local latents"
+        "--refit-steps",
+        type=_integer,
+        default=2000,
+        help="iterations fitting the test rows' local latents (default 2000)",
     )
     group.add_argument(
         "--refit-estimator",
