@@ -106,8 +106,8 @@ BGMF = "beta-gamma-mf"
 # options, text the message must contain)
 CASES = {
     "data file does not exist": (SGD, "missing.npz", [], "expected an existing file, found none"),
-    "data file not a valid array file": (SGD, "junk.npz", [], "not a valid .npz file"),
-    "data file truncated": (SGD, "truncated.npz", [], "truncated"),
+    "data file not a valid array file": (SGD, "junk.npz", [], "the file is of another format"),
+    "data file truncated": (SGD, "truncated.npz", [], "not its end: the file is truncated"),
     "negative counts, Poisson": (SGD, "negative.npz", [], "found negative counts"),
     "fractional counts, Poisson": (SGD, "fractional.npz", [], "found fractional counts"),
     "NaN counts, Poisson": (SGD, "nan.npz", [], "found NaN"),

@@ -52,9 +52,15 @@ def read_npz(
     """
     path = Path(path)
     if not zipfile.is_zipfile(path):
+        with open(path, "rb") as handle:
+            starts_like_zip = handle.read(4) == b"PK\x03\x04"
+        found = (
+            "found the start of a zip archive but not its end: the file is truncated"
+            if starts_like_zip
+            else "found no zip archive: the file is of another format"
+        )
         raise DataError(
-            f"{path}: not a valid .npz file (expected a complete zip archive of .npy arrays; "
-            "found no zip directory: the file is truncated or of another format)"
+            f"{path}: not a valid .npz file (expected a complete zip archive of .npy arrays; {found})"
         )
     try:
         with np.load(path, allow_pickle=False) as archive:
