@@ -89,13 +89,23 @@ class Gamma(Family):
         rate = concentration / self._mean(params)
         return {"concentration": concentration, "rate": rate}
 
+    def _log_rate(self, params):
+        """``log beta = log alpha - log mean``, and its derivative, finite for tiny means.
+
+        Through ``log(alpha / mean)`` the derivative in the mean is ``(1 / beta)(-alpha /
+        mean^2)``; ``mean^2`` underflows float32 below ``mean ~ 1e-19`` and the product is
+        ``0 * inf``. BBVI's score drove weights of the MF there at eta = 5 (benchmarks/
+        nan_sweep.py).
+        """
+        return jnp.log(self._concentration(params)) - jnp.log(self._mean(params))
+
     def sample_log(self, params, rng_key, sample_shape=()):
         """``log z`` for ``z ~ q``: exact where ``z`` itself would underflow."""
         from grepvi.sampling import log_gamma
 
-        natural = jax.lax.stop_gradient(self.natural_params(params))
-        log_standard = log_gamma(rng_key, natural["concentration"], sample_shape)
-        return log_standard - jnp.log(natural["rate"])
+        concentration = jax.lax.stop_gradient(self._concentration(params))
+        log_standard = log_gamma(rng_key, concentration, sample_shape)
+        return log_standard - jax.lax.stop_gradient(self._log_rate(params))
 
     def sample_standardized(self, params, rng_key, sample_shape=()):
         from grepvi.sampling import log_gamma
@@ -107,14 +117,20 @@ class Gamma(Family):
         return jax.lax.stop_gradient(eps)
 
     def log_prob(self, params, z):
-        natural = self.natural_params(params)
-        a, b = natural["concentration"], natural["rate"]
-        return a * jnp.log(b) - _math.gammaln(a) + (a - 1.0) * jnp.log(z) - b * z
+        a, log_b = self._concentration(params), self._log_rate(params)
+        # b z = alpha exp(log z - log mean): its derivative in the mean, alpha (z / mean) / mean,
+        # stays finite where alpha z / mean^2 would overflow.
+        log_z = jnp.log(z)
+        return (
+            a * log_b
+            - _math.gammaln(a)
+            + (a - 1.0) * log_z
+            - a * jnp.exp(log_z - jnp.log(self._mean(params)))
+        )
 
     def entropy(self, params):
-        natural = self.natural_params(params)
-        a, b = natural["concentration"], natural["rate"]
-        return a - jnp.log(b) + _math.gammaln(a) + (1.0 - a) * _math.digamma(a)
+        a = self._concentration(params)
+        return a - self._log_rate(params) + _math.gammaln(a) + (1.0 - a) * _math.digamma(a)
 
     def mean(self, params):
         return self._mean(params)
@@ -123,15 +139,13 @@ class Gamma(Family):
         return self._mean(params) ** 2 / self._concentration(params)
 
     def standardize(self, params, z):
-        natural = self.natural_params(params)
-        a, b = natural["concentration"], natural["rate"]
-        return (jnp.log(z) - _math.digamma(a) + jnp.log(b)) * jax.lax.rsqrt(_math.trigamma(a))
+        a = self._concentration(params)
+        return (jnp.log(z) - _math.digamma(a) + self._log_rate(params)) * jax.lax.rsqrt(_math.trigamma(a))
 
     def log_transform(self, params, eps):
         """``log T(eps; v)``, exact (no underflow)."""
-        natural = self.natural_params(params)
-        a, b = natural["concentration"], natural["rate"]
-        return eps * jnp.sqrt(_math.trigamma(a)) + _math.digamma(a) - jnp.log(b)
+        a = self._concentration(params)
+        return eps * jnp.sqrt(_math.trigamma(a)) + _math.digamma(a) - self._log_rate(params)
 
     def transform(self, params, eps):
         return _math.safe_exp(self.log_transform(params, eps))
