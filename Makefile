@@ -32,5 +32,6 @@ peers: $(BIN)/grepvi  ## optional benchmark peers (CPU torch wheel on this machi
 	$(BIN)/pip install -q -e '.[peers]'
 
 bench: $(BIN)/grepvi  ## issue 6's CPU tables (make peers first for Pyro and NumPyro)
+	mkdir -p benchmarks/results
 	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/python -m benchmarks.bench_def_peers --sections def --repeats 10 --csv benchmarks/results/def_cpu.csv
 	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/python -m benchmarks.bench_def_peers --sections mf --mf-repeats 3 --csv benchmarks/results/mf_cpu.csv
