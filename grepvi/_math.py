@@ -14,6 +14,7 @@ __all__ = [
     "digamma",
     "trigamma",
     "tetragamma",
+    "trigamma_minus_reciprocal",
     "gammaln",
     "betaln",
     "log_tiny",
@@ -78,6 +79,23 @@ def trigamma(x):
         * (1.0 / 6 - inv2 * (1.0 / 30 - inv2 * (1.0 / 42 - inv2 * (1.0 / 30 - inv2 * (5.0 / 66)))))
     )
     return series + recurrence
+
+
+def trigamma_minus_reciprocal(x):
+    """``psi_1(x) - 1/x`` without the cancellation of the two terms for large ``x``.
+
+    The gamma family's Fisher information in its shape (at fixed mean). Above ``x = 8`` the
+    asymptotic series ``1/(2x^2) + 1/(6x^3) - 1/(30x^5) + 1/(42x^7) - 1/(30x^9)`` is used
+    (the subtraction loses ``log10(2x)`` digits: 5 of float32's 7 at ``x = 5e4``).
+    """
+    x = jnp.asarray(x)
+    large = x > 8.0
+    y = jnp.where(large, x, 8.0)
+    inv = 1.0 / y
+    inv2 = inv * inv
+    series = inv2 * (0.5 + inv * (1.0 / 6 - inv2 * (1.0 / 30 - inv2 * (1.0 / 42 - inv2 / 30))))
+    small = jnp.where(large, 1.0, x)
+    return jnp.where(large, series, trigamma(small) - 1.0 / small)
 
 
 def tetragamma(x):

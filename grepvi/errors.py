@@ -37,3 +37,7 @@ class NumericalError(GrepviError, FloatingPointError):
 
 class NonFiniteStepWarning(RuntimeWarning):
     """Some steps had a non-finite gradient and were skipped (the parameters did not move)."""
+
+
+class NotConvergedWarning(RuntimeWarning):
+    """``fit`` reached its iteration or time cap before the convergence rule was met."""

@@ -32,11 +32,32 @@ from grepvi.estimators.base import (
     transform_all,
 )
 
-__all__ = ["grep", "grep_surrogate", "average_gradient_variance", "multi_sample"]
+__all__ = ["grep", "grep_surrogate", "baseline_log_joints", "average_gradient_variance", "multi_sample"]
 
 
-def grep_surrogate(params, eps, target: Target):
-    """Surrogate whose gradient is one G-REP sample and whose value is the ELBO estimate."""
+def baseline_log_joints(params, target: Target) -> dict:
+    """``b_i = f_i(E_q[z])``: each element's local log joint at the variational means.
+
+    A control variate for ``g_corr``: ``b_i`` does not depend on the draw, and
+    ``E[grad_v log q_eps(eps; v)] = 0``, so ``E[(f_i(z) - b_i) grad_v log q_eps] = g_corr``
+    exactly, while ``f_i(z) - b_i`` is small where ``q`` is concentrated (a large gamma
+    shape: at the optimum of a gamma-Poisson model with posterior shape 96 the per-draw
+    variance of the shape's gradient falls from 35 to about 1 in natural units).
+    """
+    means = {name: family.mean(params[name]) for name, family in target.families.items()}
+    means = jax.lax.stop_gradient(means)
+    if target.local_logdensity_fn is None:
+        total = target.logdensity_fn(means)
+        return {name: jnp.broadcast_to(total, family.batch_shape) for name, family in target.families.items()}
+    return target.local_logdensity_fn(means)
+
+
+def grep_surrogate(params, eps, target: Target, baseline: dict | None = None):
+    """Surrogate whose gradient is one G-REP sample and whose value is the ELBO estimate.
+
+    ``baseline``: per-element values subtracted from the local log joints in ``g_corr``
+    (:func:`baseline_log_joints`; unbiased for any value that does not depend on ``eps``).
+    """
     families = target.families
     latents = transform_all(params, eps, families)
     log_joint = target.logdensity_fn(latents)
@@ -50,7 +71,9 @@ def grep_surrogate(params, eps, target: Target):
     correction = 0.0
     for name, family in families.items():
         log_q_eps = family.log_prob_standardized(params[name], eps[name])
-        correction = correction + jnp.sum(jax.lax.stop_gradient(local[name]) * log_q_eps)
+        weight = local[name] if baseline is None else local[name] - baseline[name]
+        weight = jnp.where(jnp.isfinite(weight), weight, local[name])
+        correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * log_q_eps)
     elbo = log_joint + total_entropy(params, families)
     return elbo + correction - jax.lax.stop_gradient(correction), elbo
 
@@ -85,19 +108,32 @@ def multi_sample(single, num_samples: int, compute_variance: bool):
 
 
 @register_estimator("grep")
-def grep(num_samples: int = 1, compute_variance: bool = False) -> Estimator:
-    """G-REP by autodiff of the surrogate above, averaged over ``num_samples`` draws."""
+def grep(num_samples: int = 1, compute_variance: bool = False, baseline: bool = True) -> Estimator:
+    """G-REP by autodiff of the surrogate above, averaged over ``num_samples`` draws.
+
+    ``baseline``: subtract :func:`baseline_log_joints` in ``g_corr`` (unbiased; default on).
+    ``False`` is the paper's plain estimator.
+    """
     num_samples = _positive_int(num_samples, "num_samples")
 
-    def single(rng_key, params, target):
+    def single(rng_key, params, target, baseline_values=None):
         eps = sample_standardized(rng_key, params, target.families)
-        grad, elbo = jax.grad(grep_surrogate, has_aux=True)(params, eps, target)
+        grad, elbo = jax.grad(grep_surrogate, has_aux=True)(params, eps, target, baseline_values)
         return grad, EstimateInfo(elbo=elbo, extras={})
+
+    def estimate(rng_key, params, target):
+        values = baseline_log_joints(params, target) if baseline else None
+        draw = lambda key, p, t: single(key, p, t, values)
+        return multi_sample(draw, num_samples, compute_variance)(rng_key, params, target)
 
     return Estimator(
         name="grep",
-        estimate=multi_sample(single, num_samples, compute_variance),
-        options={"num_samples": num_samples, "compute_variance": compute_variance},
+        estimate=estimate,
+        options={
+            "num_samples": num_samples,
+            "compute_variance": compute_variance,
+            "baseline": bool(baseline),
+        },
     )
 
 

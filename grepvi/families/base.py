@@ -17,7 +17,7 @@ draw never passes through an underflowing ``z``: ``eps`` comes from ``log z``.
 
 import abc
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -108,6 +108,26 @@ class Family(abc.ABC):
     def log_prob_standardized(self, params: Params, eps) -> jax.Array:
         """``log q_eps(eps; v) = log q(T(eps; v); v) + log J(eps, v)`` (paper Eq. 3)."""
         return self.log_prob(params, self.transform(params, eps)) + self.log_abs_det_jacobian(params, eps)
+
+    # --- information geometry (natural-gradient steps) ----------------------------------
+    has_fisher = False  # True where fisher_solve / fisher_quad have closed forms
+    # Parameters stored as softplus^{-1}(theta - floor) of a positive theta: natural-gradient
+    # steps cap their relative change (grepvi.natural_gradient).
+    positive_parameters: ClassVar[tuple[str, ...]] = ()
+
+    def fisher_solve(self, params: Params, grad: Params) -> tuple[Params, jax.Array]:
+        """``(F^{-1} g, g^T F^{-1} g)``: the natural gradient and its squared length per element.
+
+        ``F`` is the Fisher information of ``q`` in the unconstrained parameters ``v``
+        (block-diagonal over the batch elements), ``g`` a gradient like ``params``. The squared
+        length has the batch shape: ``rho^2 g^T F^{-1} g / 2`` is, to second order, the KL
+        divergence that a step ``rho F^{-1} g`` moves element ``i`` (Amari 1998).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form Fisher information")
+
+    def fisher_quad(self, params: Params, delta: Params) -> jax.Array:
+        """``delta^T F delta`` per batch element (twice the KL of a small move ``delta``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form Fisher information")
 
     # --- helpers ----------------------------------------------------------------------
     def bind(self, params: Params) -> "Posterior":

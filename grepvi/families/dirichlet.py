@@ -95,6 +95,33 @@ class Dirichlet(Family):
     def _alpha(self, params):
         return _math.softplus(params["concentration"])
 
+    # --- Fisher information -------------------------------------------------------------
+    # In alpha: diag(psi_1(alpha_k)) - psi_1(alpha_0) 1 1^T (alpha_0 = sum alpha), solved by
+    # Sherman-Morrison; in v = softplus^{-1}(alpha): S F S with S = diag(sigmoid(v)).
+    has_fisher = True
+    positive_parameters = ("concentration",)
+
+    def fisher_solve(self, params, grad):
+        v = params["concentration"]
+        alpha, s = self._alpha(params), jax.nn.sigmoid(v)
+        diagonal = _math.trigamma(alpha)
+        total = _math.trigamma(jnp.sum(alpha, -1, keepdims=True))
+        g = grad["concentration"] / s  # gradient in alpha
+        d_inv_g = g / diagonal
+        d_inv_1 = 1.0 / diagonal
+        coefficient = (
+            total * jnp.sum(d_inv_g, -1, keepdims=True) / (1.0 - total * jnp.sum(d_inv_1, -1, keepdims=True))
+        )
+        natural_alpha = d_inv_g + d_inv_1 * coefficient
+        return {"concentration": natural_alpha / s}, jnp.sum(g * natural_alpha, -1)
+
+    def fisher_quad(self, params, delta):
+        v = params["concentration"]
+        alpha = self._alpha(params)
+        d = delta["concentration"] * jax.nn.sigmoid(v)  # the move in alpha
+        total = _math.trigamma(jnp.sum(alpha, -1))
+        return jnp.sum(_math.trigamma(alpha) * d**2, -1) - total * jnp.sum(d, -1) ** 2
+
     # --- the statistics being standardized ----------------------------------------------
     def _moments(self, alpha):
         """``mu``, the square root (matrix, or vector for "diagonal") and ``log det`` of it."""

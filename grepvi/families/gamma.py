@@ -154,6 +154,35 @@ class Gamma(Family):
         a = self._concentration(params)
         return self.log_transform(params, eps) + 0.5 * jnp.log(_math.trigamma(a))
 
+    # --- Fisher information -------------------------------------------------------------
+    # In (shape alpha, mean m) the gamma's Fisher information is diagonal:
+    # I_alpha = psi_1(alpha) - 1/alpha, I_m = alpha / m^2 (shape and mean are orthogonal
+    # parameters; Cox & Reid 1987). Through alpha = floor + softplus(v_alpha) each entry gets
+    # the factor sigmoid(v)^2.
+    has_fisher = True
+    positive_parameters = ("concentration", "mean")
+
+    def _fisher_diagonal(self, params):
+        a = self._concentration(params)
+        s_a = jax.nn.sigmoid(params["concentration"])
+        # I_m sigmoid(v_m)^2 = alpha / (m / sigmoid(v_m))^2: m / sigmoid(v_m) stays near 1 for
+        # tiny means (softplus(v) ~ sigmoid(v) there), so nothing underflows.
+        ratio = self._mean(params) / jax.nn.sigmoid(params["mean"])
+        return {
+            "concentration": s_a**2 * _math.trigamma_minus_reciprocal(a),
+            "mean": a / ratio**2,
+        }
+
+    def fisher_solve(self, params, grad):
+        fisher = self._fisher_diagonal(params)
+        natural = {key: grad[key] / fisher[key] for key in fisher}
+        quad = sum(grad[key] * natural[key] for key in fisher)
+        return natural, quad
+
+    def fisher_quad(self, params, delta):
+        fisher = self._fisher_diagonal(params)
+        return sum(fisher[key] * delta[key] ** 2 for key in fisher)
+
     def log_prob_standardized(self, params, eps):
         a = self._concentration(params)
         sqrt_trigamma = jnp.sqrt(_math.trigamma(a))

@@ -14,9 +14,18 @@ import jax.numpy as jnp
 from grepvi import _math
 from grepvi.families.base import Family
 
-__all__ = ["LocationScale", "HALF_LOG_2PI"]
+__all__ = ["LocationScale", "HALF_LOG_2PI", "gaussian_fisher_diagonal"]
 
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_fisher_diagonal(params):
+    """Fisher information of ``Normal(loc, softplus(v)^2)`` in ``(loc, v)``: diagonal,
+    ``1 / sigma^2`` and ``2 sigmoid(v)^2 / sigma^2``. A fixed bijection of the variable (exp,
+    sigmoid, stick-breaking) leaves it unchanged."""
+    sigma = _math.softplus(params["scale"])
+    precision = 1.0 / sigma**2
+    return {"loc": precision, "scale": 2.0 * jax.nn.sigmoid(params["scale"]) ** 2 * precision}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +51,18 @@ class LocationScale(Family):
     def sample_standardized(self, params, rng_key, sample_shape=()):
         dtype = jnp.result_type(params["loc"])
         return jax.random.normal(rng_key, tuple(sample_shape) + self.shape, dtype)
+
+    has_fisher = True
+    positive_parameters = ("scale",)
+
+    def fisher_solve(self, params, grad):
+        fisher = gaussian_fisher_diagonal(params)
+        natural = {key: grad[key] / fisher[key] for key in fisher}
+        return natural, sum(grad[key] * natural[key] for key in fisher)
+
+    def fisher_quad(self, params, delta):
+        fisher = gaussian_fisher_diagonal(params)
+        return sum(fisher[key] * delta[key] ** 2 for key in fisher)
 
     def log_prob_standardized(self, params, eps):
         # Standard normal: independent of the parameters (g_corr = 0 exactly).

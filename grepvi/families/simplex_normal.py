@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from grepvi import _math
 from grepvi.families.base import Family
+from grepvi.families.location_scale import gaussian_fisher_diagonal
 from grepvi.families.logitnormal import gauss_hermite_expectation
 
 __all__ = ["SimplexNormal"]
@@ -78,6 +79,18 @@ class SimplexNormal(Family):
 
     def natural_params(self, params):
         return {"loc": params["loc"], "scale": _math.softplus(params["scale"])}
+
+    has_fisher = True  # the Gaussian's on the K - 1 stick-breaking coordinates
+    positive_parameters = ("scale",)
+
+    def fisher_solve(self, params, grad):
+        fisher = gaussian_fisher_diagonal(params)
+        natural = {key: grad[key] / fisher[key] for key in fisher}
+        return natural, sum(jnp.sum(grad[key] * natural[key], -1) for key in fisher)
+
+    def fisher_quad(self, params, delta):
+        fisher = gaussian_fisher_diagonal(params)
+        return sum(jnp.sum(fisher[key] * delta[key] ** 2, -1) for key in fisher)
 
     def sample_standardized(self, params, rng_key, sample_shape=()):
         dtype = jnp.result_type(params["loc"])

@@ -1,0 +1,444 @@
+"""The default optimization procedure: natural-gradient steps in stages, averaged, stopped when
+the answer is known to the requested accuracy.
+
+The design follows RAABBVI (Welandawe, Andersen, Vehtari & Huggins 2022) and FASO (Dhaka,
+Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), on natural-gradient steps
+(``grepvi.natural_gradient``) instead of RMSProp:
+
+1. **Approach.** Steps of size ``rho`` (KL trust region ``kappa`` per element) run in compiled
+   windows of ``window`` iterations. After each window the mean ELBO estimate of the window is
+   kept; the iterates are taken as stationary when a regression of the last (up to 8) window
+   medians on their index shows no increase (t < 2). A window whose median ELBO falls far
+   below the best so far (by 5% of its magnitude, 10 standard errors and 2 nats), or where
+   half the steps had a non-finite gradient,
+   restores the best window's state and halves ``rho`` (the tamed start).
+2. **Average.** Once stationary, the iterates are averaged (Polyak-Ruppert). Window means,
+   grouped into batches of at least ``10 / rho`` iterations, give the Monte Carlo standard
+   error (MCSE) of the average by batch means. Accuracy is measured in the Fisher metric of
+   ``q``: ``sqrt(mean_i se_i^T F_i se_i)``, in posterior standard deviations (a shift of
+   the Gaussian's location by ``d`` standard deviations scores ``d``).
+3. **Stages.** When the MCSE is below ``tolerance``, the average is this stage's answer. If it
+   agrees with the previous stage's (same metric, within ``2 * tolerance``), the run has
+   converged; otherwise ``rho`` is halved and the next stage starts from the average (a
+   constant step leaves a bias of order ``rho``; halving it until two stages agree bounds
+   that bias by the tolerance).
+
+The run also stops at ``max_steps`` or ``time_budget`` (wall time, compilation included); the
+parameters returned are then the current stage's average where one has begun, else the last
+iterate, and :class:`Convergence` says why it stopped.
+"""
+
+import math
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grepvi.errors import ConfigError
+from grepvi.natural_gradient import fisher_mean_quad
+
+__all__ = [
+    "AdaptiveSettings",
+    "Candidate",
+    "Convergence",
+    "WindowReport",
+    "run_trial",
+    "run_adaptive",
+    "elbo_trend_t",
+]
+
+
+FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE) is a fall
+
+
+class AdaptiveSettings(NamedTuple):
+    """Knobs of the default procedure (all have defaults that need no tuning).
+
+    Attributes:
+      step_size: the first stage's ``rho`` (natural-gradient step; 1 is Newton's step at a
+        conjugate optimum).
+      max_kl: ``kappa``, the KL trust region of one step per latent element (nats).
+      tolerance: target accuracy of the answer, in posterior standard deviations (Fisher
+        metric); ``0.005`` puts means and variances of the conjugate test cases within 2%.
+      window: iterations per compiled window (the unit of monitoring).
+      min_batches: batch means needed before the MCSE is trusted.
+      trial_windows: windows each candidate direction runs before the best is kept.
+      adam_step_size: the first stage's learning rate of the Adam candidate.
+    """
+
+    step_size: float = 0.1
+    max_kl: float = 0.5
+    tolerance: float = 0.005
+    window: int = 100
+    min_batches: int = 8
+    trial_windows: int = 3
+    adam_step_size: float = 0.1
+
+    def validated(self) -> "AdaptiveSettings":
+        for name in ("step_size", "max_kl", "tolerance", "adam_step_size"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        for name in ("window", "min_batches", "trial_windows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < 2:
+                raise ConfigError(f"{name} must be an integer of at least 2, got {value!r}")
+        return self
+
+
+class Convergence(NamedTuple):
+    """How a run ended.
+
+    Attributes:
+      converged: the stopping rule was met (two consecutive stage averages agree and each is
+        known to ``tolerance``).
+      reason: ``"converged"``, ``"max_steps"``, ``"time_budget"``, ``"interrupted"`` or
+        ``"fixed_schedule"`` (an explicit step size: no convergence rule ran).
+      num_iterations: iterations run.
+      num_stages: step-size stages begun.
+      step_size: ``rho`` of the last stage.
+      accuracy: estimated Monte Carlo error of the returned average, in posterior standard
+        deviations (nan when no average was formed).
+      stage_change: difference between the last two stage averages, same units (nan if fewer).
+      averaged_iterations: iterations in the returned average (0: the last iterate).
+      restarts: times a falling ELBO restored the best state and halved ``rho``.
+      direction: the update rule kept by the trial (``"natural"`` or ``"adam"``).
+      trial_elbos: each candidate's median ELBO over its last trial window.
+    """
+
+    converged: bool
+    reason: str
+    num_iterations: int
+    num_stages: int = 0
+    step_size: float = math.nan
+    accuracy: float = math.nan
+    stage_change: float = math.nan
+    averaged_iterations: int = 0
+    restarts: int = 0
+    direction: str = ""
+    trial_elbos: dict = {}
+
+    def summary(self) -> str:
+        state = "converged" if self.converged else f"not converged ({self.reason})"
+        return (
+            f"{state} after {self.num_iterations} iterations, {self.num_stages} stage(s) of "
+            f"{self.direction or 'fixed'} steps; "
+            f"accuracy {self.accuracy:.2g} sd, stage change {self.stage_change:.2g} sd"
+        )
+
+
+class WindowReport(NamedTuple):
+    """What the controller passes to ``callback`` after every window."""
+
+    state: object
+    elbo: np.ndarray  # the window's per-iteration ELBO estimates
+    finite: np.ndarray
+    nonfinite_latents: np.ndarray
+    extras: dict
+    iterations_done: int
+    wall_time: float
+    phase: str  # "approach" or "average"
+    step_size: float
+    accuracy: float
+
+
+def elbo_trend_t(means) -> float:
+    """t statistic of the slope of ``means`` against their index (inf when perfectly linear
+    and increasing; nan below 3 values)."""
+    y = np.asarray(means, np.float64)
+    n = y.size
+    if n < 3:
+        return math.nan
+    x = np.arange(n) - (n - 1) / 2
+    slope = float(np.dot(x, y - y.mean()) / np.dot(x, x))
+    residual = y - y.mean() - slope * x
+    dof = n - 2
+    variance = float(np.dot(residual, residual)) / dof
+    se = math.sqrt(variance / float(np.dot(x, x)))
+    if se == 0.0:
+        return math.inf if slope > 0 else (-math.inf if slope < 0 else 0.0)
+    return slope / se
+
+
+class _Welford:
+    """Running mean and sum of squared deviations of pytrees (batch means), on the device."""
+
+    def __init__(self):
+        self.count = 0
+        self.mean = None
+        self.m2 = None
+
+    def add(self, tree):
+        self.count += 1
+        if self.mean is None:
+            self.mean = tree
+            self.m2 = jax.tree_util.tree_map(jnp.zeros_like, tree)
+            return
+        self.mean, self.m2 = _welford_update(self.mean, self.m2, tree, jnp.float32(self.count))
+
+    def standard_error(self):
+        n = self.count
+        return jax.tree_util.tree_map(lambda m2: jnp.sqrt(m2 / (n * (n - 1))), self.m2)
+
+
+@jax.jit
+def _welford_update(mean, m2, tree, count):
+    delta = jax.tree_util.tree_map(lambda x, m: x - m, tree, mean)
+    mean = jax.tree_util.tree_map(lambda m, d: m + d / count, mean, delta)
+    m2 = jax.tree_util.tree_map(lambda s, x, m, d: s + d * (x - m), m2, tree, mean, delta)
+    return mean, m2
+
+
+def _metric(families):
+    @jax.jit
+    def distance(params, delta):
+        return jnp.sqrt(jnp.maximum(fisher_mean_quad(families, params, delta), 0.0))
+
+    return distance
+
+
+def _with_step_size(state, rho):
+    """``state`` with the optimizer's step size set to ``rho`` (a ``NaturalGradientState``, or
+    an ``optax.inject_hyperparams`` state with a ``learning_rate``)."""
+    opt_state = state.opt_state
+    value = jnp.asarray(rho, jnp.float32)
+    if hasattr(opt_state, "step_size"):
+        opt_state = opt_state._replace(step_size=value)
+    elif hasattr(opt_state, "hyperparams") and "learning_rate" in opt_state.hyperparams:
+        opt_state.hyperparams["learning_rate"] = value
+    else:
+        raise ConfigError("the default procedure needs an optimizer whose state holds its step size")
+    return state._replace(opt_state=opt_state)
+
+
+class Candidate(NamedTuple):
+    """An update rule the trial may keep: its label, initial state and compiled window."""
+
+    label: str
+    state: object
+    window_fn: Callable
+    step_size: float
+
+
+def _window_median(outputs) -> float:
+    elbo = np.asarray(outputs["elbo"], np.float64)
+    good = elbo[np.asarray(outputs["finite"], bool) & np.isfinite(elbo)]
+    return float(np.median(good)) if good.size >= 0.5 * elbo.size else -math.inf
+
+
+def run_trial(candidates: list[Candidate], num_windows: int):
+    """Runs every candidate ``num_windows`` windows from its initial state (Stan's ADVI adapts
+    eta the same way, keeping the best of a grid after a few iterations each).
+
+    Returns ``(index of the best, {label: median ELBO of its last window}, per-candidate
+    (state, [outputs]))``. Ties within the noise (two standard errors of the medians) go to
+    the earlier candidate.
+    """
+    runs, scores, spreads = [], {}, {}
+    for candidate in candidates:
+        state, outputs = candidate.state, []
+        for _ in range(num_windows):
+            state, _, out = candidate.window_fn(state)
+            outputs.append(out)
+            if not math.isfinite(_window_median(out)):
+                break
+        runs.append((state, outputs))
+        last = outputs[-1]
+        scores[candidate.label] = _window_median(last)
+        elbo = np.asarray(last["elbo"], np.float64)
+        good = elbo[np.isfinite(elbo)]
+        spreads[candidate.label] = (
+            1.4826 * float(np.median(np.abs(good - np.median(good)))) / math.sqrt(good.size)
+            if good.size
+            else 0.0
+        )
+    best = 0
+    for index, candidate in enumerate(candidates[1:], start=1):
+        leader = candidates[best].label
+        margin = 2.0 * math.hypot(spreads[leader], spreads[candidate.label])
+        if scores[candidate.label] > scores[leader] + margin:
+            best = index
+    return best, scores, runs
+
+
+def run_adaptive(
+    candidates: list[Candidate],
+    families: dict,
+    settings: AdaptiveSettings,
+    *,
+    max_steps: int | None,
+    time_budget: float | None,
+    callback: Callable[[WindowReport], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+):
+    """Runs the procedure: a trial of the ``candidates``, then stages of the best one.
+
+    Args:
+      candidates: update rules to try (:class:`Candidate`); each ``window_fn`` is
+        ``state -> (state, window_mean_params, outputs)`` running ``settings.window`` steps,
+        ``outputs`` holding per-iteration ``elbo``, ``finite``, ``nonfinite_latents`` and
+        ``extras``. One candidate skips the trial.
+      max_steps, time_budget: the caps (either may be None, not both).
+      callback: called with a :class:`WindowReport` after every window (the kept candidate's
+        trial windows are reported once the trial is over).
+      should_stop: polled after every window (e.g. SIGINT).
+
+    Returns:
+      ``(state, params, Convergence)``: the last state, the answer (the average where one was
+      formed) and the diagnostics.
+    """
+    if max_steps is None and time_budget is None:
+        raise ConfigError("give max_steps or time_budget (or both)")
+    distance = _metric(families)
+    start = time.perf_counter()
+    done = 0
+    trial_scores = {}
+    if len(candidates) > 1:
+        index, trial_scores, runs = run_trial(candidates, settings.trial_windows)
+        chosen = candidates[index]
+        state, outputs = runs[index]
+        elapsed = time.perf_counter() - start
+        for number, out in enumerate(outputs, start=1):
+            done += np.asarray(out["elbo"]).size
+            if callback is not None:
+                report = _report(state, out, done, start, "trial", chosen.step_size, math.nan)
+                callback(report._replace(wall_time=elapsed * number / len(outputs)))
+    else:
+        chosen = candidates[0]
+        state = chosen.state
+    rho = float(chosen.step_size)
+    state = _with_step_size(state, rho)
+    stage = 0
+    restarts = 0
+    phase = "approach"
+    elbo_means, elbo_ses = [], []
+    best = (-math.inf, state)
+    welford = _Welford()
+    batch_sum, batch_windows = None, 0
+    previous_average = None
+    accuracy = math.nan
+    stage_change = math.nan
+    reason = None
+
+    def batch_size():
+        return max(1, math.ceil(10.0 / rho / settings.window))
+
+    while True:
+        if max_steps is not None and done >= max_steps:
+            reason = "max_steps"
+            break
+        if time_budget is not None and time.perf_counter() - start >= time_budget:
+            reason = "time_budget"
+            break
+        if should_stop is not None and should_stop():
+            reason = "interrupted"
+            break
+        state, window_mean, outputs = chosen.window_fn(state)
+        elbo = np.asarray(outputs["elbo"], np.float64)
+        finite = np.asarray(outputs["finite"], bool)
+        done += elbo.size
+        good = elbo[finite & np.isfinite(elbo)]
+        # Window summaries robust to the heavy tails of one-draw ELBO estimates (small gamma
+        # shapes): the median, and a standard error from the median absolute deviation.
+        mean_elbo = float(np.median(good)) if good.size else -math.inf
+        se_elbo = (
+            float(1.4826 * np.median(np.abs(good - mean_elbo)) / math.sqrt(good.size))
+            if good.size > 1
+            else math.inf
+        )
+
+        fell = good.size < 0.5 * elbo.size or (
+            math.isfinite(best[0])
+            and mean_elbo < best[0] - max(0.05 * abs(best[0]), 10.0 * se_elbo, FALL_NATS)
+        )
+        if fell and rho > chosen.step_size * 2.0**-12:
+            rho /= 2.0
+            restarts += 1
+            state = _with_step_size(best[1], rho)._replace(rng_key=state.rng_key)
+            phase, elbo_means, elbo_ses = "approach", [], []
+            welford, batch_sum, batch_windows = _Welford(), None, 0
+        elif phase == "approach":
+            if mean_elbo > best[0]:
+                best = (mean_elbo, state)
+            elbo_means.append(mean_elbo)
+            elbo_ses.append(se_elbo)
+            t = elbo_trend_t(elbo_means[-8:])
+            if len(elbo_means) >= 4 and t < 2.0:
+                phase = "average"
+                welford, batch_sum, batch_windows = _Welford(), None, 0
+        else:
+            if mean_elbo > best[0]:
+                best = (mean_elbo, state)
+            batch_sum = (
+                window_mean if batch_sum is None else jax.tree_util.tree_map(jnp.add, batch_sum, window_mean)
+            )
+            batch_windows += 1
+            if batch_windows >= batch_size():
+                welford.add(jax.tree_util.tree_map(lambda s, k=batch_windows: s / k, batch_sum))
+                batch_sum, batch_windows = None, 0
+                if welford.count >= settings.min_batches:
+                    accuracy = float(distance(welford.mean, welford.standard_error()))
+                    if accuracy <= settings.tolerance:
+                        average = welford.mean
+                        if previous_average is not None:
+                            stage_change = float(
+                                distance(
+                                    average, jax.tree_util.tree_map(jnp.subtract, average, previous_average)
+                                )
+                            )
+                        if previous_average is not None and stage_change <= 2.0 * settings.tolerance:
+                            state = state._replace(params=average)
+                            reason = "converged"
+                            if callback is not None:
+                                callback(_report(state, outputs, done, start, phase, rho, accuracy))
+                            break
+                        previous_average = average
+                        stage += 1
+                        rho /= 2.0
+                        state = _with_step_size(state._replace(params=average), rho)
+                        phase, elbo_means, elbo_ses = "approach", [], []
+                        best = (-math.inf, state)
+                        welford = _Welford()
+        if callback is not None:
+            callback(_report(state, outputs, done, start, phase, rho, accuracy))
+
+    averaged = 0
+    params = state.params
+    if reason != "converged" and phase == "average" and welford.count:
+        params = welford.mean
+        averaged = welford.count * settings.window * batch_size()
+        accuracy = float(distance(welford.mean, welford.standard_error())) if welford.count > 1 else math.nan
+    elif reason == "converged":
+        averaged = welford.count * settings.window * batch_size()
+    convergence = Convergence(
+        converged=reason == "converged",
+        reason=reason,
+        num_iterations=done,
+        num_stages=stage + 1,
+        step_size=rho,
+        accuracy=accuracy,
+        stage_change=stage_change,
+        averaged_iterations=averaged,
+        restarts=restarts,
+        direction=chosen.label,
+        trial_elbos=trial_scores,
+    )
+    return state._replace(params=params), params, convergence
+
+
+def _report(state, outputs, done, start, phase, rho, accuracy):
+    return WindowReport(
+        state=state,
+        elbo=np.asarray(outputs["elbo"]),
+        finite=np.asarray(outputs["finite"]),
+        nonfinite_latents=np.asarray(outputs["nonfinite_latents"]),
+        extras={k: np.asarray(v) for k, v in outputs.get("extras", {}).items()},
+        iterations_done=done,
+        wall_time=time.perf_counter() - start,
+        phase=phase,
+        step_size=rho,
+        accuracy=accuracy,
+    )
