@@ -223,25 +223,40 @@ class Candidate(NamedTuple):
     step_size: float
 
 
+def _trim(outputs, active):
+    """The per-iteration outputs of the ``active`` steps a window applied."""
+    if active == np.asarray(outputs["elbo"]).shape[0]:
+        return outputs
+    trimmed = {key: value[:active] for key, value in outputs.items() if key not in ("extras", "active")}
+    trimmed["extras"] = {key: value[:active] for key, value in outputs.get("extras", {}).items()}
+    return trimmed
+
+
 def _window_median(outputs) -> float:
     elbo = np.asarray(outputs["elbo"], np.float64)
     good = elbo[np.asarray(outputs["finite"], bool) & np.isfinite(elbo)]
     return float(np.median(good)) if good.size >= 0.5 * elbo.size else -math.inf
 
 
-def run_trial(candidates: list[Candidate], num_windows: int):
+def run_trial(candidates: list[Candidate], num_windows: int, max_steps: int | None = None):
     """Runs every candidate ``num_windows`` windows from its initial state (Stan's ADVI adapts
     eta the same way, keeping the best of a grid after a few iterations each).
 
     Returns ``(index of the best, {label: median ELBO of its last window}, per-candidate
-    (state, [outputs]))``. Ties within the noise (two standard errors of the medians) go to
-    the earlier candidate.
+    (state, [outputs]))``; no candidate runs more than ``max_steps`` iterations. Ties within
+    the noise (two standard errors of the medians) go to the earlier candidate.
     """
     runs, scores, spreads = [], {}, {}
     for candidate in candidates:
-        state, outputs = candidate.state, []
+        state, outputs, done = candidate.state, [], 0
+        length = candidate.window_fn.length
         for _ in range(num_windows):
-            state, _, out = candidate.window_fn(state)
+            active = length if max_steps is None else min(length, max_steps - done)
+            if active <= 0:
+                break
+            state, _, out = candidate.window_fn(state, active)
+            out = _trim(out, active)
+            done += active
             outputs.append(out)
             if not math.isfinite(_window_median(out)):
                 break
@@ -297,7 +312,7 @@ def run_adaptive(
     done = 0
     trial_scores = {}
     if len(candidates) > 1:
-        index, trial_scores, runs = run_trial(candidates, settings.trial_windows)
+        index, trial_scores, runs = run_trial(candidates, settings.trial_windows, max_steps)
         chosen = candidates[index]
         state, outputs = runs[index]
         elapsed = time.perf_counter() - start
@@ -336,7 +351,9 @@ def run_adaptive(
         if should_stop is not None and should_stop():
             reason = "interrupted"
             break
-        state, window_mean, outputs = chosen.window_fn(state)
+        active = settings.window if max_steps is None else min(settings.window, max_steps - done)
+        state, window_mean, outputs = chosen.window_fn(state, active)
+        outputs = _trim(outputs, active)
         elbo = np.asarray(outputs["elbo"], np.float64)
         finite = np.asarray(outputs["finite"], bool)
         done += elbo.size

@@ -130,13 +130,27 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
     group = parser.add_argument_group("inference")
     if estimator:
         group.add_argument("--estimator", default="grep", help="grep (default), bbvi, advi, implicit or rsvi")
-    group.add_argument("--time-budget", type=_number, metavar="S", help="seconds of training (wall time)")
-    group.add_argument("--num-steps", type=_integer, metavar="N", help="iterations")
+    group.add_argument(
+        "--time-budget",
+        type=_number,
+        metavar="S",
+        help="cap on training wall time in seconds (compilation included)",
+    )
+    group.add_argument("--num-steps", type=_integer, metavar="N", help="cap on iterations (default 200,000)")
     group.add_argument(
         "--step-size",
         type=_number,
         metavar="ETA",
-        help="eta of the step-size sequence (default: the paper's, else 0.5)",
+        help="run the paper's step-size sequence (Eq. 9) with this eta for exactly --num-steps or "
+        "--time-budget; default: grepvi's procedure (natural-gradient or Adam steps chosen by a "
+        "trial, averaged, stopped when converged)",
+    )
+    group.add_argument(
+        "--tolerance",
+        type=_number,
+        metavar="SD",
+        help="accuracy at which the default procedure stops, in posterior standard deviations "
+        "(default 0.005)",
     )
     group.add_argument(
         "--num-samples", type=_integer, metavar="S", help="draws per gradient (default: 1; BBVI 30)"
@@ -263,6 +277,7 @@ def _config(args, estimator: str):
         eval_samples=args.eval_samples,
         refit_steps=args.refit_steps,
         refit_step_size=args.refit_step_size,
+        tolerance=args.tolerance,
         refit_estimator=args.refit_estimator,
         chunk_size=args.chunk_size,
         elbo_every=args.elbo_every,
@@ -279,6 +294,13 @@ def _print_metrics(metrics: dict, out) -> None:
         f"{metrics.get('time_per_iteration_s', float('nan')):.4g} s/iteration, eta {metrics.get('eta')}",
         f"  final ELBO (mean of the last 10%): {metrics.get('final_elbo', float('nan')):.6g}",
     ]
+    convergence = metrics.get("convergence")
+    if convergence:
+        state = "converged" if convergence["converged"] else f"not converged ({convergence['reason']})"
+        lines.append(
+            f"  {state}: {convergence['direction']} steps, {convergence['num_stages']} stage(s), "
+            f"accuracy {convergence['accuracy']:.2g} sd, final step size {convergence['step_size']:.3g}"
+        )
     if ll:
         lines.append(f"  test log-likelihood per entry: {ll['mean']:.5g} ± {ll['std']:.2g}")
     if "perplexity" in metrics:

@@ -148,7 +148,7 @@ def refit_local(
     estimator: Estimator,
     *,
     num_steps: int = 300,
-    step_size: float = 0.1,
+    step_size: float | None = None,
     local_logdensity_fn: Callable[[dict], dict] | None = None,
     chunk_size: int = 50,
     optimizer=None,
@@ -158,8 +158,10 @@ def refit_local(
     Maximizes ``E_{q(W)}[ E_{q(z*)}[log p(x*, z*, W)] + H[q(z*)] ]`` over the parameters of
     ``q(z*)`` by stochastic gradient ascent: each step draws ``W ~ q(W)`` and hands
     ``estimator`` the log joint with that ``W`` bound, so only the local parameters get a
-    gradient (cheaper than freezing the globals behind a zero update). The step size follows
-    the ADVI sequence (paper Eq. 9) with ``eta = step_size``.
+    gradient (cheaper than freezing the globals behind a zero update). By default the steps
+    are those of ``grepvi.fit``'s procedure (:mod:`grepvi.adaptive`: the better of natural
+    and Adam steps in a trial, averaged once stationary) with ``num_steps`` as its cap; with
+    ``step_size`` the ADVI sequence (paper Eq. 9) with ``eta = step_size``.
 
     Args:
       rng_key: key of the initialization, the estimator's draws and the ``W`` draws.
@@ -176,6 +178,17 @@ def refit_local(
     if isinstance(num_steps, bool) or int(num_steps) != num_steps or num_steps < 0:
         raise ConfigError(f"refit steps: expected a non-negative integer, found {num_steps!r}")
     num_steps = int(num_steps)
+    if step_size is None and optimizer is None:
+        return _refit_default(
+            rng_key,
+            logdensity_fn,
+            local_families,
+            global_families,
+            global_params,
+            estimator,
+            num_steps,
+            local_logdensity_fn,
+        )
     names = tuple(sorted(local_families))
     optimizer = advi_stepsize(float(step_size)) if optimizer is None else optimizer
     init_key, run_key = jax.random.split(rng_key)
@@ -221,6 +234,64 @@ def refit_local(
     return state.params, np.concatenate(elbos)
 
 
+def drawing_globals(estimator: Estimator, logdensity_fn, global_families, global_params, local_fn=None):
+    """``estimator`` on the local latents, with fresh ``W ~ q(W)`` bound for every estimate."""
+
+    def estimate(rng_key, params, target):
+        key_w, key = jax.random.split(rng_key)
+        weights = sample_latents(key_w, global_families, global_params)
+        bound = Target(
+            lambda latents: logdensity_fn({**latents, **weights}),
+            target.families,
+            None if local_fn is None else (lambda latents: local_fn({**latents, **weights})),
+        )
+        return estimator.estimate(key, params, bound)
+
+    return estimator._replace(estimate=estimate)
+
+
+def _refit_default(
+    rng_key,
+    logdensity_fn,
+    local_families,
+    global_families,
+    global_params,
+    estimator,
+    num_steps,
+    local_logdensity_fn,
+):
+    from grepvi.adaptive import AdaptiveSettings, run_adaptive
+    from grepvi.inference import adaptive_candidates
+
+    names = tuple(sorted(local_families))
+    if num_steps == 0:
+        keys = jax.random.split(jax.random.split(rng_key)[0], len(names))
+        return {
+            name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)
+        }, np.zeros(0)
+    global_params = jax.lax.stop_gradient(global_params)
+    local_fn = _restrict(local_logdensity_fn, names)
+    means = {name: family.mean(global_params[name]) for name, family in global_families.items()}
+    target = Target(  # W at its mean: for the initial checks; every estimate draws W ~ q(W)
+        lambda latents: logdensity_fn({**latents, **means}),
+        local_families,
+        None if local_fn is None else (lambda latents: local_fn({**latents, **means})),
+    )
+    drawing = drawing_globals(estimator, logdensity_fn, global_families, global_params, local_fn)
+    settings = AdaptiveSettings(window=min(100, max(2, num_steps // 10)))
+    candidates = adaptive_candidates(rng_key, target, drawing, settings)
+    elbos = []
+    _, params, _ = run_adaptive(
+        candidates,
+        local_families,
+        settings,
+        max_steps=num_steps,
+        time_budget=None,
+        callback=lambda report: elbos.append(np.asarray(report.elbo)),
+    )
+    return params, np.concatenate(elbos) if elbos else np.zeros(0)
+
+
 def heldout_loglik(
     rng_key,
     model,
@@ -231,7 +302,7 @@ def heldout_loglik(
     *,
     num_samples: int = 100,
     refit_steps: int = 300,
-    step_size: float = 0.1,
+    step_size: float | None = None,
 ) -> HeldoutLoglik:
     """Held-out log-likelihood per entry of new observations ``test_data`` (rows).
 

@@ -23,9 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi import evaluation
+from grepvi.adaptive import AdaptiveSettings
 from grepvi.errors import ConfigError, DataError
 from grepvi.estimators.base import get_estimator
-from grepvi.inference import _check_target, init
+from grepvi.inference import DEFAULT_MAX_STEPS, _check_target, adaptive_candidates, init
 from grepvi.optim import advi_stepsize
 from grepvi.runs import (
     METRICS_FILE,
@@ -40,6 +41,7 @@ from grepvi.runs import (
     read_json,
     save_params,
     train,
+    train_adaptive,
     write_json,
 )
 
@@ -122,6 +124,8 @@ class RunConfig:
         once per ``elbo_every`` iterations (a multiple of ``chunk_size``; 20 draws of the log
         joint cost ADVI several times its own step).
       compute_variance: record the average gradient variance (needs ``num_samples > 1``).
+      tolerance: the default procedure's stopping accuracy in posterior standard deviations
+        (None: ``AdaptiveSettings.tolerance``); unused with ``step_size``.
     """
 
     model: str
@@ -143,6 +147,7 @@ class RunConfig:
     chunk_size: int = 10
     elbo_every: int = 1
     compute_variance: bool = False
+    tolerance: float | None = None
     synthetic_size: tuple[int, int, int] = (100, 25, 64)
     checkpoint_every: int = 0
     checkpoint_seconds: float = 60.0
@@ -159,21 +164,21 @@ class RunConfig:
                 f"--estimator: unknown estimator {config.estimator!r}; "
                 f"expected one of {', '.join(ESTIMATORS)}"
             )
-        if config.num_steps is None and config.time_budget is None:
-            raise ConfigError("give --num-steps N or --time-budget SECONDS (or both)")
+        if config.num_steps is None and config.time_budget is None and config.step_size is not None:
+            raise ConfigError("with --step-size, give --num-steps N or --time-budget SECONDS (or both)")
+        if config.tolerance is not None:
+            config.tolerance = _positive_float(config.tolerance, "--tolerance")
         if config.num_steps is not None:
             config.num_steps = _positive_int(config.num_steps, "--num-steps")
         if config.time_budget is not None:
             config.time_budget = _positive_float(config.time_budget, "--time-budget")
-        if config.step_size is None:
-            config.step_size = PAPER_ETA.get(
-                (str(config.dataset).lower(), config.estimator),
-                DEFAULT_ETA_BY_ESTIMATOR.get(config.estimator, DEFAULT_ETA),
-            )
-        config.step_size = _positive_float(config.step_size, "--step-size")
+        if config.step_size is not None:  # the paper's Eq. 9 with this eta; None: the default procedure
+            config.step_size = _positive_float(config.step_size, "--step-size")
         if config.num_samples is not None:
             config.num_samples = _positive_int(config.num_samples, "--num-samples")
-        if config.elbo_samples is None and config.estimator == "advi":
+        if config.elbo_samples is None and config.step_size is None:
+            pass  # the default procedure reports the estimator's own ELBO (no extra draws)
+        elif config.elbo_samples is None and config.estimator == "advi":
             config.elbo_samples = 1 if str(config.dataset).lower() == "omniglot" else 20
         if config.elbo_samples is None and config.estimator == "bbvi":
             config.elbo_samples = 1  # the paper's one draw, not the mean over BBVI's 30 gradient draws
@@ -184,7 +189,8 @@ class RunConfig:
         config.refit_steps = _non_negative_int(config.refit_steps, "--refit-steps")
         if config.refit_step_size is None:
             config.refit_step_size = config.step_size
-        config.refit_step_size = _positive_float(config.refit_step_size, "--refit-step-size")
+        if config.refit_step_size is not None:
+            config.refit_step_size = _positive_float(config.refit_step_size, "--refit-step-size")
         if config.refit_estimator is None:
             config.refit_estimator = "grep" if config.estimator == "bbvi" else config.estimator
         if config.refit_estimator not in estimator_names():
@@ -389,13 +395,38 @@ def fit_run(
     estimator = make_estimator(config)
     families = estimator.adapt_families(model.latents())
     target = model.target(families)
-    optimizer = advi_stepsize(config.step_size)
-    state = init(jax.random.key(config.seed), target, optimizer)
-    _check_target(target, state.params)
+    adaptive = config.step_size is None
+    if adaptive:
+        settings = AdaptiveSettings(**({"tolerance": config.tolerance} if config.tolerance else {}))
+        if config.num_steps is None and config.time_budget is None:
+            config = dataclasses.replace(config, num_steps=DEFAULT_MAX_STEPS)
+        candidates = adaptive_candidates(jax.random.key(config.seed), target, estimator, settings)
+        state = candidates[0].state
+    else:
+        optimizer = advi_stepsize(config.step_size)
+        state = init(jax.random.key(config.seed), target, optimizer)
+        _check_target(target, state.params)
 
     trace = TraceRecorder()
     wall_time = 0.0
-    if mode == "resume":
+    if mode == "resume" and adaptive:
+        checkpoint_meta = directory.checkpoint_meta()
+        direction = checkpoint_meta.get("direction")
+        chosen = [c for c in candidates if c.label == direction]
+        if checkpoint_meta and not chosen:  # refuses a checkpoint of another configuration
+            directory.load_checkpoint(candidates[0].state, identity)
+        if chosen:
+            restored = directory.load_checkpoint(chosen[0].state, identity)
+            if restored is not None:
+                state, trace, meta = restored
+                wall_time = float(meta.get("wall_time", 0.0))
+                candidates = [
+                    chosen[0]._replace(
+                        state=state, step_size=float(meta.get("step_size", chosen[0].step_size))
+                    )
+                ]
+                _say(f"resuming {out} at iteration {int(state.iteration)} ({direction} steps)", quiet)
+    elif mode == "resume":
         restored = directory.load_checkpoint(state, identity)
         if restored is not None:
             state, trace, meta = restored
@@ -456,25 +487,50 @@ def fit_run(
     def checkpoint_fn(current, current_trace, current_wall_time):
         directory.save_checkpoint(current, current_trace, identity, {"wall_time": current_wall_time})
 
-    result = train(
-        state,
-        target,
-        estimator,
-        optimizer,
-        num_steps=config.num_steps,
-        time_budget=config.time_budget,
-        chunk_size=config.chunk_size,
-        trace=trace,
-        wall_time=wall_time,
-        elbo_fn=elbo_fn,
-        elbo_every=config.elbo_every,
-        chunk_eval_fn=chunk_eval_fn,
-        checkpoint_fn=checkpoint_fn,
-        checkpoint_every=config.checkpoint_every,
-        checkpoint_seconds=config.checkpoint_seconds,
-        progress=not quiet,
-        description=f"{config.estimator} {dataset.name}",
-    )
+    convergence = None
+    if adaptive:
+
+        def adaptive_checkpoint(current, current_trace, current_wall_time):
+            rho = float(np.asarray(getattr(current.opt_state, "step_size", math.nan)))
+            if not math.isfinite(rho):
+                rho = float(np.asarray(current.opt_state.hyperparams["learning_rate"]))
+            label = "natural" if hasattr(current.opt_state, "step_size") else "adam"
+            directory.save_checkpoint(
+                current,
+                current_trace,
+                identity,
+                {"wall_time": wall_time + current_wall_time, "direction": label, "step_size": rho},
+            )
+
+        result, convergence = train_adaptive(
+            candidates,
+            target.families,
+            settings,
+            num_steps=None if config.num_steps is None else config.num_steps - int(state.iteration),
+            time_budget=None if config.time_budget is None else max(config.time_budget - wall_time, 1e-3),
+            trace=trace,
+            chunk_eval_fn=chunk_eval_fn,
+            checkpoint_fn=adaptive_checkpoint,
+            checkpoint_seconds=config.checkpoint_seconds,
+            progress=not quiet,
+            description=f"{config.estimator} {dataset.name}",
+        )
+        result = result._replace(wall_time=wall_time + result.wall_time)
+    else:
+        result = _train_fixed(
+            state,
+            target,
+            estimator,
+            optimizer,
+            config,
+            trace,
+            wall_time,
+            elbo_fn,
+            chunk_eval_fn,
+            checkpoint_fn,
+            quiet,
+            dataset,
+        )
     arrays = result.trace.as_arrays()
     elbo = arrays.get("elbo", np.zeros(0))
     metrics = {
@@ -482,6 +538,7 @@ def fit_run(
         "model": config.model,
         "dataset": dataset.name,
         "eta": config.step_size,
+        "procedure": "default" if adaptive else "eq9",
         "iterations": int(result.state.iteration),
         "training_time_s": result.wall_time,
         "time_per_iteration_s": median_time_per_iteration(arrays),
@@ -491,6 +548,9 @@ def fit_run(
         "finished": False,
         "interrupted": result.interrupted,
     }
+    if convergence is not None:
+        metrics["convergence"] = convergence._asdict()
+        metrics["eta"] = convergence.step_size
     if "perplexity" in arrays:
         finite = arrays["perplexity"][np.isfinite(arrays["perplexity"])]
         metrics["perplexity_last"] = float(finite[-1]) if finite.size else math.nan
@@ -512,6 +572,42 @@ def fit_run(
 
     report.run_figures(directory.path)
     return metrics
+
+
+def _train_fixed(
+    state,
+    target,
+    estimator,
+    optimizer,
+    config,
+    trace,
+    wall_time,
+    elbo_fn,
+    chunk_eval_fn,
+    checkpoint_fn,
+    quiet,
+    dataset,
+):
+    """The paper's schedule (Eq. 9 with ``config.step_size``) for ``config``'s caps."""
+    return train(
+        state,
+        target,
+        estimator,
+        optimizer,
+        num_steps=config.num_steps,
+        time_budget=config.time_budget,
+        chunk_size=config.chunk_size,
+        trace=trace,
+        wall_time=wall_time,
+        elbo_fn=elbo_fn,
+        elbo_every=config.elbo_every,
+        chunk_eval_fn=chunk_eval_fn,
+        checkpoint_fn=checkpoint_fn,
+        checkpoint_every=config.checkpoint_every,
+        checkpoint_seconds=config.checkpoint_seconds,
+        progress=not quiet,
+        description=f"{config.estimator} {dataset.name}",
+    )
 
 
 def _refit_estimator(config):

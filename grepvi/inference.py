@@ -348,18 +348,23 @@ def run_chunks(
 
 
 def make_window(target: Target, estimator: Estimator, optimizer, length: int):
-    """A jitted ``state -> (state, mean of the iterates, outputs)`` over ``length`` steps.
+    """A jitted ``(state, active) -> (state, mean of the iterates, outputs)`` over ``length`` steps.
 
-    ``outputs`` holds the per-iteration ``elbo``, ``finite``, ``nonfinite_latents`` and the
-    scalar ``extras``; the iterate mean feeds the averaging of :mod:`grepvi.adaptive`.
+    Only the first ``active`` steps (a traced integer, default all) are applied, so a run can
+    end exactly at its cap without compiling a shorter window. ``outputs`` holds the
+    per-iteration ``elbo``, ``finite``, ``nonfinite_latents`` and the scalar ``extras``, and
+    ``active``; the iterate mean (over the applied steps) feeds the averaging of
+    :mod:`grepvi.adaptive`.
     """
 
-    def body(carry, _):
-        state, total = carry
-        state, info = step(state, target, estimator, optimizer)
-        total = jax.tree_util.tree_map(jnp.add, total, state.params)
+    def body(carry, index):
+        state, total, active = carry
+        new_state, info = step(state, target, estimator, optimizer)
+        keep = index < active
+        state = jax.tree_util.tree_map(lambda new, old: jnp.where(keep, new, old), new_state, state)
+        total = jax.tree_util.tree_map(lambda t, p: t + jnp.where(keep, p, 0.0), total, state.params)
         extras = {key: value for key, value in info.extras.items() if jnp.ndim(value) == 0}
-        return (state, total), {
+        return (state, total, active), {
             "elbo": info.elbo,
             "finite": info.finite,
             "nonfinite_latents": info.nonfinite_latents,
@@ -367,11 +372,14 @@ def make_window(target: Target, estimator: Estimator, optimizer, length: int):
         }
 
     @jax.jit
-    def window(state):
+    def window(state, active=length):
+        active = jnp.asarray(active, jnp.int32)
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-        (state, total), outputs = jax.lax.scan(body, (state, zeros), None, length=length)
-        return state, jax.tree_util.tree_map(lambda t: t / length, total), outputs
+        (state, total, _), outputs = jax.lax.scan(body, (state, zeros, active), jnp.arange(length))
+        mean = jax.tree_util.tree_map(lambda t: t / jnp.maximum(active, 1).astype(t.dtype), total)
+        return state, mean, {**outputs, "active": active}
 
+    window.length = length
     return window
 
 

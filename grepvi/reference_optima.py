@@ -90,7 +90,10 @@ def beta_logitnormal(observations=(0.8, 1.5, 0.3, 1.2, 0.9), noise=0.7) -> Refer
         v = sp.polygamma(1, a) + sp.polygamma(1, b)
         expected = -0.5 * (s2 - 2 * s1 * m + n * (v + m**2)) / noise**2
         entropy = (
-            sp.betaln(a, b) - (a - 1) * sp.digamma(a) - (b - 1) * sp.digamma(b) + (a + b - 2) * sp.digamma(a + b)
+            sp.betaln(a, b)
+            - (a - 1) * sp.digamma(a)
+            - (b - 1) * sp.digamma(b)
+            + (a + b - 2) * sp.digamma(a + b)
         )
         return -(expected + entropy)
 

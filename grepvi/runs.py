@@ -421,6 +421,17 @@ class RunDirectory:
         atomic_write_bytes(self.file(CHECKPOINT_FILE), buffer.getvalue())
         atomic_write_text(self.file(TRACE_FILE), trace.to_csv())
 
+    def checkpoint_meta(self) -> dict:
+        """The checkpoint's metadata (``{}`` when there is no readable checkpoint)."""
+        path = self.file(CHECKPOINT_FILE)
+        if not path.exists():
+            return {}
+        try:
+            with np.load(path) as data:
+                return json.loads(bytes(data["meta"]).decode("utf-8"))
+        except (OSError, ValueError, KeyError):
+            return {}
+
     def load_checkpoint(self, template: VIState, identity: dict):
         """``(state, trace, meta)`` from the checkpoint, or None when there is none."""
         path = self.file(CHECKPOINT_FILE)
@@ -668,3 +679,94 @@ def _warn_skipped(outputs, target, first_iteration):
         import warnings
 
         warnings.warn(str(error), RuntimeWarning, stacklevel=2)
+
+
+def train_adaptive(
+    candidates,
+    families: dict,
+    settings,
+    *,
+    num_steps: int | None,
+    time_budget: float | None,
+    trace: TraceRecorder,
+    chunk_eval_fn: Callable | None = None,
+    checkpoint_fn: Callable | None = None,
+    checkpoint_seconds: float = 0.0,
+    progress: bool = True,
+    description: str = "fit",
+):
+    """The default procedure (:func:`grepvi.adaptive.run_adaptive`) for a run folder: the
+    trace gets a row per iteration (the estimator's own ELBO: no extra draws, so monitoring
+    costs nothing beyond the window's bookkeeping), ``chunk_eval_fn`` runs after each window,
+    checkpoints every ``checkpoint_seconds`` and at the end, SIGINT stops at a window boundary.
+
+    The time budget is wall time from the start, compilation and the trial of the candidate
+    update rules included. Returns ``(TrainResult, Convergence)``; the result's state holds
+    the answer (the averaged iterate where one was formed).
+    """
+    from grepvi.adaptive import run_adaptive
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_steps, desc=description, unit="it", dynamic_ncols=True, file=sys.stderr)
+    last_checkpoint = [time.monotonic()]
+    wall = [0.0]
+
+    with _SigintCatcher() as sigint:
+
+        def callback(report):
+            n = report.elbo.size
+            first = report.iterations_done - n + 1
+            previous = wall[0]
+            rows = {
+                "iteration": np.arange(first, first + n),
+                "wall_time": previous + (report.wall_time - previous) * np.arange(1, n + 1) / n,
+                "elbo": np.asarray(report.elbo, np.float64),
+                "skipped": 1.0 - np.asarray(report.finite, np.float64),
+                "step_size": np.full(n, report.step_size),
+            }
+            for key, value in report.extras.items():
+                rows[key] = np.asarray(value, np.float64)
+            wall[0] = report.wall_time
+            trace.add(rows)
+            if chunk_eval_fn is not None:
+                for key, value in chunk_eval_fn(report.state).items():
+                    trace.set_last(key, float(value))
+            if bar is not None:
+                finite = rows["elbo"][np.isfinite(rows["elbo"])]
+                bar.update(n)
+                bar.set_postfix(
+                    elbo=f"{np.median(finite):.5g}" if finite.size else "nan",
+                    phase=report.phase,
+                    rho=f"{report.step_size:.3g}",
+                    acc=f"{report.accuracy:.2g}",
+                    time=f"{report.wall_time:.0f}s",
+                )
+            if (
+                checkpoint_fn is not None
+                and checkpoint_seconds
+                and (time.monotonic() - last_checkpoint[0] >= checkpoint_seconds)
+            ):
+                checkpoint_fn(report.state, trace, report.wall_time)
+                last_checkpoint[0] = time.monotonic()
+
+        try:
+            state, params, convergence = run_adaptive(
+                candidates,
+                families,
+                settings,
+                max_steps=num_steps,
+                time_budget=time_budget,
+                callback=callback,
+                should_stop=lambda: sigint.caught,
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+    interrupted = convergence.reason == "interrupted"
+    if checkpoint_fn is not None:
+        checkpoint_fn(state, trace, wall[0])
+    result = TrainResult(state, trace, wall[0], [], interrupted, not interrupted)
+    return result, convergence

@@ -83,7 +83,8 @@ def test_fit_writes_config_trace_metrics_and_figures(fitted):
     config = json.loads((fitted / "config.json").read_text())
     assert {"identity", "options", "seed", "versions", "dataset", "estimator_options"} <= set(config)
     assert {"python", "jax", "jaxlib", "grepvi"} <= set(config["versions"])
-    assert config["options"]["estimator"] == "advi" and config["options"]["elbo_samples"] == 20
+    # the default procedure: the estimator's own ELBO draws, no extra evaluation draws
+    assert config["options"]["estimator"] == "advi" and config["options"]["elbo_samples"] is None
     assert config["dataset"]["train_shape"] == [30, 16] and config["dataset"]["test_shape"] == [10, 16]
     with open(fitted / "trace.csv", newline="") as file:
         rows = list(csv.DictReader(file))
@@ -96,6 +97,10 @@ def test_fit_writes_config_trace_metrics_and_figures(fitted):
     for key in ("time_per_iteration_s", "final_elbo", "test_loglik_logmeanexp", "eta"):
         assert math.isfinite(metrics[key]), key
     assert metrics["iterations"] == 40 and metrics["finished"] is True
+    assert metrics["procedure"] == "default"
+    convergence = metrics["convergence"]
+    assert convergence["reason"] == "max_steps" and not convergence["converged"]
+    assert convergence["num_iterations"] == 40 and convergence["direction"] in ("natural", "adam")
     assert set(metrics["test_loglik_per_entry"]) == {"mean", "std"}
     assert all(math.isfinite(v) for v in metrics["test_loglik_per_entry"].values())
     assert metrics["test_loglik_per_entry"]["mean"] < 0
@@ -178,7 +183,7 @@ def test_refusals_exit_2_with_a_message_and_leave_output_alone(fitted, tmp_path,
         (["--time-budget", "0"], "--time-budget: expected a positive number"),
         (["--num-steps", "0"], "--num-steps: expected a positive integer"),
         (["--num-samples", "0", "--num-steps", "5"], "--num-samples: expected a positive integer"),
-        ([], "--num-steps N or --time-budget"),
+        (["--step-size", "0.1"], "--num-steps N or --time-budget"),
     ]
     for extra, message in bad:
         out = tmp_path / "bad"
@@ -222,7 +227,18 @@ def test_checkpoint_from_another_configuration_is_refused(fitted, tmp_path, caps
 
 # --- interruption: real subprocesses ---------------------------------------------------------------
 
-LONG = ["--num-steps", "1000", "--chunk-size", "10", "--elbo-samples", "1", "--refit-steps", "0"]
+LONG = [
+    "--num-steps",
+    "1000",
+    "--step-size",
+    "0.1",
+    "--chunk-size",
+    "10",
+    "--elbo-samples",
+    "1",
+    "--refit-steps",
+    "0",
+]
 
 
 def _command(out, *extra):
