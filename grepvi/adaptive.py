@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi.errors import ConfigError
+from grepvi.errors import ConfigError, NumericalError
 from grepvi.natural_gradient import fisher_mean_quad
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 
+STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
 FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE) is a fall
 
 
@@ -337,6 +338,7 @@ def run_adaptive(
     accuracy = math.nan
     stage_change = math.nan
     reason = None
+    stalled = 0
 
     def batch_size():
         return max(1, math.ceil(10.0 / rho / settings.window))
@@ -367,6 +369,15 @@ def run_adaptive(
             else math.inf
         )
 
+        stalled = stalled + 1 if good.size == 0 else 0
+        if stalled >= STALL_WINDOWS:
+            bad = np.asarray(outputs["nonfinite_latents"], bool).reshape(elbo.size, -1).any(0)
+            latents = [name for name, flag in zip(sorted(families), bad, strict=False) if flag]
+            raise NumericalError(
+                f"{stalled} windows in a row ({stalled * elbo.size} steps, up to iteration {done}) "
+                f"had a non-finite gradient at every step for latent(s) {latents}, with the step size "
+                f"halved to {rho:.3g}; the run has stalled. Check the model at the current parameters."
+            )
         fell = good.size < 0.5 * elbo.size or (
             math.isfinite(best[0])
             and mean_elbo < best[0] - max(0.05 * abs(best[0]), 10.0 * se_elbo, FALL_NATS)

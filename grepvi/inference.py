@@ -559,6 +559,8 @@ def fit(
         bar = tqdm(total=max_steps, desc=f"fit[{estimator.name}]", unit="it", leave=False)
     elbos, times, extras = [], [], {}
     skipped = [0]  # steps with a non-finite gradient (never applied; the procedure backs off)
+    names = sorted(target.families)
+    bad_latents = np.zeros(len(names), bool)
 
     def callback(report):
         n = report.elbo.size
@@ -568,6 +570,8 @@ def fit(
         for key, value in report.extras.items():
             extras.setdefault(key, []).append(value)
         skipped[0] += int(n - np.count_nonzero(report.finite))
+        if report.nonfinite_latents.size:
+            bad_latents[:] |= np.asarray(report.nonfinite_latents, bool).reshape(n, -1).any(0)
         if bar is not None:
             bar.update(report.iterations_done - bar.n)
             finite = report.elbo[np.isfinite(report.elbo)]
@@ -595,6 +599,15 @@ def fit(
         wall_time=np.concatenate(times) if times else np.zeros(0),
         extras={k: np.concatenate(v) for k, v in extras.items()},
     )
+    if skipped[0]:
+        latents = [name for name, bad in zip(names, bad_latents, strict=True) if bad]
+        warnings.warn(
+            f"{skipped[0]} of {convergence.num_iterations} step(s) skipped: non-finite gradient for "
+            f"latent(s) {latents} (the parameters were left as they were; the step size was halved "
+            f"{convergence.restarts} time(s) after falls)",
+            NonFiniteStepWarning,
+            stacklevel=2,
+        )
     if not convergence.converged:
         skipped_note = (
             f"; {skipped[0]} step(s) had a non-finite gradient and were skipped" if skipped[0] else ""

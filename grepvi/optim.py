@@ -41,9 +41,15 @@ class ScaleByAdviStepsizeState(NamedTuple):
 
 
 def scale_by_advi_stepsize(
-    tau: float = 1.0, gamma: float = 0.1, kappa: float = 1e-16
+    tau: float = 1.0, gamma: float = 0.1, kappa: float = 1e-16, past_only: bool = False
 ) -> optax.GradientTransformation:
-    """Scales updates by ``i^(-1/2 + kappa) / (tau + sqrt(s))`` (Eq. 9 without ``eta``)."""
+    """Scales updates by ``i^(-1/2 + kappa) / (tau + sqrt(s))`` (Eq. 9 without ``eta``).
+
+    ``past_only``: divide step ``i`` by ``s_(i-1)``, the average of the *previous* squared
+    gradients (the first step by ``g_1^2``), then update ``s``. Eq. 9 as printed puts ``g_i^2``
+    into the scale of ``g_i`` itself, which shrinks large noisy gradients more than small ones
+    and biases where the iterates settle (PyMC issue 8444, fixed the same way in PR 8447).
+    """
 
     def init_fn(params):
         return ScaleByAdviStepsizeState(
@@ -60,9 +66,12 @@ def scale_by_advi_stepsize(
             updates,
             state.s,
         )
+        scale = s
+        if past_only:
+            scale = jax.tree_util.tree_map(lambda g, s_prev: jnp.where(first, g**2, s_prev), updates, state.s)
         decay = jnp.asarray(count, jnp.float32) ** (-0.5 + kappa)
         updates = jax.tree_util.tree_map(
-            lambda g, s_k: decay.astype(g.dtype) * g / (tau + jnp.sqrt(s_k)), updates, s
+            lambda g, s_k: decay.astype(g.dtype) * g / (tau + jnp.sqrt(s_k)), updates, scale
         )
         return updates, ScaleByAdviStepsizeState(count=count, s=s)
 
@@ -70,10 +79,19 @@ def scale_by_advi_stepsize(
 
 
 def advi_stepsize(
-    learning_rate: float = 0.1, tau: float = 1.0, gamma: float = 0.1, kappa: float = 1e-16
+    learning_rate: float = 0.1,
+    tau: float = 1.0,
+    gamma: float = 0.1,
+    kappa: float = 1e-16,
+    past_only: bool = False,
 ) -> optax.GradientTransformation:
-    """Eq. 9 with constant ``eta = learning_rate``, as an optax optimizer (minimizing)."""
+    """Eq. 9 with constant ``eta = learning_rate``, as an optax optimizer (minimizing).
+
+    This is the paper's schedule, run when a step size is given explicitly (``fit(...,
+    step_size=eta)``, ``--step-size``); ``past_only`` is the variant that scales each step by
+    the previous gradients only (see :func:`scale_by_advi_stepsize`).
+    """
     return optax.chain(
-        scale_by_advi_stepsize(tau=tau, gamma=gamma, kappa=kappa),
+        scale_by_advi_stepsize(tau=tau, gamma=gamma, kappa=kappa, past_only=past_only),
         optax.scale_by_learning_rate(learning_rate),
     )
