@@ -1,17 +1,22 @@
-"""The default optimization procedure: natural-gradient steps in stages, averaged, stopped when
-the answer is known to the requested accuracy.
+"""The default optimization procedure: the better of two update rules, in stages, averaged,
+stopped when the answer is known to the requested accuracy.
 
 The design follows RAABBVI (Welandawe, Andersen, Vehtari & Huggins 2022) and FASO (Dhaka,
-Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), on natural-gradient steps
-(``grepvi.natural_gradient``) instead of RMSProp:
+Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), with Stan's step-size adaptation
+(Kucukelbir et al. 2017) turned into a choice between update rules:
 
-1. **Approach.** Steps of size ``rho`` (KL trust region ``kappa`` per element) run in compiled
-   windows of ``window`` iterations. After each window the mean ELBO estimate of the window is
-   kept; the iterates are taken as stationary when a regression of the last (up to 8) window
-   medians on their index shows no increase (t < 2). A window whose median ELBO falls far
-   below the best so far (by 5% of its magnitude, 10 standard errors and 2 nats), or where
-   half the steps had a non-finite gradient,
-   restores the best window's state and halves ``rho`` (the tamed start).
+0. **Trial.** Each candidate rule (``grepvi.inference.adaptive_candidates``: natural-gradient
+   steps with a KL trust region where every family has a closed-form Fisher information, and
+   Adam) runs ``trial_windows`` windows from the same start; the one with the higher median
+   ELBO in its last window is kept (ties within two standard errors go to the first), and
+   continues from where its trial ended.
+1. **Approach.** Steps of size ``rho`` run in compiled windows of ``window`` iterations. After
+   each window its median ELBO estimate is kept; the iterates are taken as stationary when a
+   regression of the last (up to 8) window medians on their index shows no increase (t < 2).
+   A window whose median ELBO falls far below the best so far (by 5% of its magnitude, 10
+   standard errors and 2 nats), or where half the steps had a non-finite gradient, restores
+   the mean iterate of the best window and halves ``rho`` (the tamed start); three windows
+   in a row without one finite step raise :class:`~grepvi.errors.NumericalError`.
 2. **Average.** Once stationary, the iterates are averaged (Polyak-Ruppert). Window means,
    grouped into batches of at least ``10 / rho`` iterations, give the Monte Carlo standard
    error (MCSE) of the average by batch means. Accuracy is measured in the Fisher metric of
@@ -23,9 +28,11 @@ Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), on natural-gradient step
    constant step leaves a bias of order ``rho``; halving it until two stages agree bounds
    that bias by the tolerance).
 
-The run also stops at ``max_steps`` or ``time_budget`` (wall time, compilation included); the
-parameters returned are then the current stage's average where one has begun, else the last
-iterate, and :class:`Convergence` says why it stopped.
+The run also stops at ``max_steps`` or ``time_budget`` (wall time, compilation and trial
+included); the parameters returned are then the current stage's average where one has begun,
+else the last iterate, and :class:`Convergence` says why it stopped. The ELBO estimates that
+drive all of this are the estimator's own (the draws of the gradient): monitoring adds no
+model evaluations.
 """
 
 import math
@@ -46,6 +53,7 @@ __all__ = [
     "Convergence",
     "WindowReport",
     "run_trial",
+    "set_step_size",
     "run_adaptive",
     "elbo_trend_t",
 ]
@@ -106,7 +114,7 @@ class Convergence(NamedTuple):
       stage_change: difference between the last two stage averages, same units (nan if fewer).
       averaged_iterations: iterations in the returned average (0: the last iterate).
       restarts: times a falling ELBO restored the best state and halved ``rho``.
-      direction: the update rule kept by the trial (``"natural"`` or ``"adam"``).
+      direction: the update rule kept by the trial (``"natural"`` or ``"adam-<learning rate>"``).
       trial_elbos: each candidate's median ELBO over its last trial window.
     """
 
@@ -201,10 +209,13 @@ def _metric(families):
     return distance
 
 
-def _with_step_size(state, rho):
+def set_step_size(state, rho):
     """``state`` with the optimizer's step size set to ``rho`` (a ``NaturalGradientState``, or
     an ``optax.inject_hyperparams`` state with a ``learning_rate``)."""
     opt_state = state.opt_state
+    if hasattr(opt_state, "inner"):  # positive_in_log_scale
+        inner = set_step_size(state._replace(opt_state=opt_state.inner), rho).opt_state
+        return state._replace(opt_state=opt_state._replace(inner=inner))
     value = jnp.asarray(rho, jnp.float32)
     if hasattr(opt_state, "step_size"):
         opt_state = opt_state._replace(step_size=value)
@@ -239,7 +250,12 @@ def _window_median(outputs) -> float:
     return float(np.median(good)) if good.size >= 0.5 * elbo.size else -math.inf
 
 
-def run_trial(candidates: list[Candidate], num_windows: int, max_steps: int | None = None):
+def run_trial(
+    candidates: list[Candidate],
+    num_windows: int,
+    max_steps: int | None = None,
+    on_window: Callable[[str, int], None] | None = None,
+):
     """Runs every candidate ``num_windows`` windows from its initial state (Stan's ADVI adapts
     eta the same way, keeping the best of a grid after a few iterations each).
 
@@ -258,6 +274,8 @@ def run_trial(candidates: list[Candidate], num_windows: int, max_steps: int | No
             state, _, out = candidate.window_fn(state, active)
             out = _trim(out, active)
             done += active
+            if on_window is not None:
+                on_window(candidate.label, done)
             outputs.append(out)
             if not math.isfinite(_window_median(out)):
                 break
@@ -289,6 +307,7 @@ def run_adaptive(
     time_budget: float | None,
     callback: Callable[[WindowReport], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    on_trial_window: Callable[[str, int], None] | None = None,
 ):
     """Runs the procedure: a trial of the ``candidates``, then stages of the best one.
 
@@ -301,6 +320,8 @@ def run_adaptive(
       callback: called with a :class:`WindowReport` after every window (the kept candidate's
         trial windows are reported once the trial is over).
       should_stop: polled after every window (e.g. SIGINT).
+      on_trial_window: ``(label, iterations done by that candidate)`` after each trial window
+        (for a progress display).
 
     Returns:
       ``(state, params, Convergence)``: the last state, the answer (the average where one was
@@ -313,7 +334,7 @@ def run_adaptive(
     done = 0
     trial_scores = {}
     if len(candidates) > 1:
-        index, trial_scores, runs = run_trial(candidates, settings.trial_windows, max_steps)
+        index, trial_scores, runs = run_trial(candidates, settings.trial_windows, max_steps, on_trial_window)
         chosen = candidates[index]
         state, outputs = runs[index]
         elapsed = time.perf_counter() - start
@@ -326,7 +347,7 @@ def run_adaptive(
         chosen = candidates[0]
         state = chosen.state
     rho = float(chosen.step_size)
-    state = _with_step_size(state, rho)
+    state = set_step_size(state, rho)
     stage = 0
     restarts = 0
     phase = "approach"
@@ -385,12 +406,15 @@ def run_adaptive(
         if fell and rho > chosen.step_size * 2.0**-12:
             rho /= 2.0
             restarts += 1
-            state = _with_step_size(best[1], rho)._replace(rng_key=state.rng_key)
+            state = set_step_size(best[1], rho)._replace(rng_key=state.rng_key)
             phase, elbo_means, elbo_ses = "approach", [], []
             welford, batch_sum, batch_windows = _Welford(), None, 0
         elif phase == "approach":
             if mean_elbo > best[0]:
-                best = (mean_elbo, state)
+                # The window's mean iterate, not its last: an instability that starts at the
+                # end of the best window (seen on the Olivetti DEF with Adam) must not be what
+                # a fall restores.
+                best = (mean_elbo, state._replace(params=window_mean))
             elbo_means.append(mean_elbo)
             elbo_ses.append(se_elbo)
             t = elbo_trend_t(elbo_means[-8:])
@@ -399,7 +423,10 @@ def run_adaptive(
                 welford, batch_sum, batch_windows = _Welford(), None, 0
         else:
             if mean_elbo > best[0]:
-                best = (mean_elbo, state)
+                # The window's mean iterate, not its last: an instability that starts at the
+                # end of the best window (seen on the Olivetti DEF with Adam) must not be what
+                # a fall restores.
+                best = (mean_elbo, state._replace(params=window_mean))
             batch_sum = (
                 window_mean if batch_sum is None else jax.tree_util.tree_map(jnp.add, batch_sum, window_mean)
             )
@@ -426,7 +453,7 @@ def run_adaptive(
                         previous_average = average
                         stage += 1
                         rho /= 2.0
-                        state = _with_step_size(state._replace(params=average), rho)
+                        state = set_step_size(state._replace(params=average), rho)
                         phase, elbo_means, elbo_ses = "approach", [], []
                         best = (-math.inf, state)
                         welford = _Welford()

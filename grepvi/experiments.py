@@ -413,6 +413,7 @@ def fit_run(
         checkpoint_meta = directory.checkpoint_meta()
         direction = checkpoint_meta.get("direction")
         chosen = [c for c in candidates if c.label == direction]
+        chosen = chosen[:1]
         if checkpoint_meta and not chosen:  # refuses a checkpoint of another configuration
             directory.load_checkpoint(candidates[0].state, identity)
         if chosen:
@@ -495,6 +496,7 @@ def fit_run(
             if not math.isfinite(rho):
                 rho = float(np.asarray(current.opt_state.hyperparams["learning_rate"]))
             label = "natural" if hasattr(current.opt_state, "step_size") else "adam"
+            label = next((c.label for c in candidates if c.label.startswith(label)), label)
             directory.save_checkpoint(
                 current,
                 current_trace,

@@ -17,10 +17,11 @@ import numpy as np
 import optax
 
 from grepvi.adaptive import AdaptiveSettings, Candidate, Convergence, run_adaptive
+from grepvi.adaptive import set_step_size as _set_step_size
 from grepvi.errors import ConfigError, ModelError, NonFiniteStepWarning, NotConvergedWarning, NumericalError
 from grepvi.estimators.base import Estimator, Target, get_estimator
 from grepvi.families.base import Family, Posterior
-from grepvi.natural_gradient import natural_gradient
+from grepvi.natural_gradient import natural_gradient, positive_in_log_scale
 from grepvi.optim import advi_stepsize
 
 __all__ = [
@@ -410,6 +411,9 @@ def average_estimates(estimator: Estimator, count: int) -> Estimator:
     return estimator._replace(estimate=estimate)
 
 
+ADAM_TRIAL_FACTORS = (1.0, 10.0, 0.1)  # Adam's learning rates in the trial, times adam_step_size
+
+
 def adaptive_candidates(
     rng_key, target: Target, estimator: Estimator, settings: AdaptiveSettings, init_params=None
 ) -> list[Candidate]:
@@ -420,12 +424,13 @@ def adaptive_candidates(
       Fisher information. Newton-like near the optimum of models whose posterior is close to
       the family: it wins on the conjugate cases (the shape/variance direction is as fast as
       the mean's).
-    * ``adam``: Adam on the unconstrained parameters (Kingma & Ba 2015), learning rate in
-      the state (``optax.inject_hyperparams``). Per-coordinate scaling by past gradient
-      magnitudes: it wins on the deep exponential family, whose mean-field optimum is far from
-      the posterior and whose ~10^5 coupled elements make parallel Newton-like steps overshoot
-      (Olivetti: ELBO -7.3e6 after 120 s with Adam, no progress beyond -3e8 with natural
-      steps; ``docs/optimization.md``).
+    * ``adam-<lr>``: Adam on the unconstrained parameters (Kingma & Ba 2015) at learning
+      rates 0.1, 1 and 0.01 (one compilation: the rate is in the state,
+      ``optax.inject_hyperparams``), a grid as in Stan's eta adaptation. Per-coordinate
+      scaling by past gradient magnitudes: it wins on the deep exponential family, whose
+      mean-field optimum is far from the posterior and whose ~10^5 coupled elements make
+      parallel Newton-like steps overshoot (Olivetti: ELBO -7.3e6 after 120 s with Adam, no
+      progress beyond -3e8 with natural steps; ``docs/optimization.md``).
 
     Each step averages :func:`draws_per_step` estimates.
     """
@@ -439,19 +444,19 @@ def adaptive_candidates(
                 settings.step_size,
             )
         )
-    rules.append(
-        (
-            "adam",
-            optax.inject_hyperparams(optax.adam)(learning_rate=settings.adam_step_size),
-            settings.adam_step_size,
-        )
+    adam = positive_in_log_scale(
+        target.families, optax.inject_hyperparams(optax.adam)(learning_rate=settings.adam_step_size)
     )
-    candidates = []
+    for factor in ADAM_TRIAL_FACTORS:
+        rate = settings.adam_step_size * factor
+        rules.append((f"adam-{rate:g}", adam, rate))
+    candidates, windows = [], {}
     for label, optimizer, step_size in rules:
         state = init(rng_key, target, optimizer, init_params)
-        candidates.append(
-            Candidate(label, state, make_window(target, stepper, optimizer, settings.window), step_size)
-        )
+        if id(optimizer) not in windows:  # one compilation per update rule, whatever its step size
+            windows[id(optimizer)] = make_window(target, stepper, optimizer, settings.window)
+        state = _set_step_size(state, step_size)
+        candidates.append(Candidate(label, state, windows[id(optimizer)], step_size))
     _check_target(target, candidates[0].state.params)
     return candidates
 
@@ -573,6 +578,7 @@ def fit(
         if report.nonfinite_latents.size:
             bad_latents[:] |= np.asarray(report.nonfinite_latents, bool).reshape(n, -1).any(0)
         if bar is not None:
+            bar.set_description_str(f"fit[{estimator.name}]", refresh=False)
             bar.update(report.iterations_done - bar.n)
             finite = report.elbo[np.isfinite(report.elbo)]
             bar.set_postfix(
@@ -590,6 +596,7 @@ def fit(
             max_steps=max_steps,
             time_budget=time_budget,
             callback=callback,
+            on_trial_window=None if bar is None else _trial_display(bar, f"fit[{estimator.name}]"),
         )
     finally:
         if bar is not None:
@@ -622,6 +629,16 @@ def fit(
 
 
 DEFAULT_MAX_STEPS = 200_000
+
+
+def _trial_display(bar, description):
+    """Shows the trial of the update rules on a tqdm bar (its iterations are counted after)."""
+
+    def show(label, done):
+        bar.set_description_str(f"{description} trial: {label} steps", refresh=False)
+        bar.set_postfix(iterations=done)
+
+    return show
 
 
 def _result(target, estimator, state, params, trace, convergence):

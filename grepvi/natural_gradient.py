@@ -39,7 +39,13 @@ import optax
 
 from grepvi.families.base import Family
 
-__all__ = ["NaturalGradientState", "natural_gradient", "natural_direction", "fisher_mean_quad"]
+__all__ = [
+    "NaturalGradientState",
+    "natural_gradient",
+    "natural_direction",
+    "fisher_mean_quad",
+    "positive_in_log_scale",
+]
 
 _EMPIRICAL_DECAY = 0.9
 
@@ -176,5 +182,63 @@ def natural_gradient(
             for name in empirical
         }
         return new_updates, NaturalGradientState(rho, state.max_kl, state.count + 1, new_moments)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+class LogScaleState(NamedTuple):
+    inner: optax.OptState
+
+
+def positive_in_log_scale(families: dict[str, Family], inner: optax.GradientTransformation):
+    """Runs ``inner`` with every positive parameter in log scale.
+
+    The families store a positive ``theta`` as ``v = softplus^{-1}(theta - floor)`` (the
+    paper's map). An additive optimizer on ``v`` (Adam) moves ``theta`` by at most its learning
+    rate per step once ``theta`` is large, so a gamma mean of 100 is 1,000 steps away from 1
+    at a rate of 0.1. Here ``inner`` sees the gradient with respect to ``u = log softplus(v)``
+    (``dL/du = dL/dv softplus(v) / sigmoid(v)``) and its update ``du`` is applied as
+    ``v' = softplus^{-1}(softplus(v) exp(du))``: a learning rate of 0.1 is a relative change of
+    about 10% per step at any scale, and the progress is geometric. Other parameters (the
+    Gaussians' locations) pass through unchanged. The step size of ``inner`` (an
+    ``optax.inject_hyperparams`` state) stays settable by :func:`grepvi.adaptive.set_step_size`.
+    """
+    from grepvi import _math
+
+    positive = {name: tuple(family.positive_parameters) for name, family in families.items()}
+
+    def _map(tree, params, function):
+        return {
+            name: {
+                key: function(value, params[name][key]) if key in positive.get(name, ()) else value
+                for key, value in tree[name].items()
+            }
+            for name in tree
+        }
+
+    def to_log_gradient(g, v):
+        return g / _relative_rate(v)  # d softplus(v) / d log softplus(v) = softplus / sigmoid
+
+    def init_fn(params):
+        return LogScaleState(inner.init(params))
+
+    def update_fn(updates, state, params=None):
+        if params is None:
+            raise ValueError("positive_in_log_scale needs the parameters")
+        log_updates = _map(updates, params, to_log_gradient)
+        step, inner_state = inner.update(log_updates, state.inner, params)
+
+        def apply(du, v):
+            log_theta = jnp.where(v < -15.0, v, jnp.log(jax.nn.softplus(jnp.maximum(v, -15.0))))
+            new_log_theta = log_theta + jnp.clip(du, -10.0, 10.0)
+            # softplus^{-1}(theta) = log(expm1(theta)), = log(theta) for tiny theta
+            new_v = jnp.where(
+                new_log_theta < -15.0,
+                new_log_theta,
+                _math.inverse_softplus(jnp.exp(jnp.maximum(new_log_theta, -15.0))),
+            )
+            return new_v - v
+
+        return _map(step, params, apply), LogScaleState(inner_state)
 
     return optax.GradientTransformation(init_fn, update_fn)

@@ -705,6 +705,7 @@ def train_adaptive(
     the answer (the averaged iterate where one was formed).
     """
     from grepvi.adaptive import run_adaptive
+    from grepvi.inference import _trial_display
 
     bar = None
     if progress:
@@ -736,6 +737,7 @@ def train_adaptive(
                     trace.set_last(key, float(value))
             if bar is not None:
                 finite = rows["elbo"][np.isfinite(rows["elbo"])]
+                bar.set_description_str(description, refresh=False)
                 bar.update(n)
                 bar.set_postfix(
                     elbo=f"{np.median(finite):.5g}" if finite.size else "nan",
@@ -761,6 +763,7 @@ def train_adaptive(
                 time_budget=time_budget,
                 callback=callback,
                 should_stop=lambda: sigint.caught,
+                on_trial_window=None if bar is None else _trial_display(bar, description),
             )
         finally:
             if bar is not None:

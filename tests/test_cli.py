@@ -100,7 +100,7 @@ def test_fit_writes_config_trace_metrics_and_figures(fitted):
     assert metrics["procedure"] == "default"
     convergence = metrics["convergence"]
     assert convergence["reason"] == "max_steps" and not convergence["converged"]
-    assert convergence["num_iterations"] == 40 and convergence["direction"] in ("natural", "adam")
+    assert convergence["num_iterations"] == 40 and convergence["direction"].startswith(("natural", "adam"))
     assert set(metrics["test_loglik_per_entry"]) == {"mean", "std"}
     assert all(math.isfinite(v) for v in metrics["test_loglik_per_entry"].values())
     assert metrics["test_loglik_per_entry"]["mean"] < 0

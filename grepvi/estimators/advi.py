@@ -35,6 +35,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from grepvi._math import softplus
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import (
     EstimateInfo,
@@ -93,8 +94,41 @@ def advi_objective(params, eps, target):
     return value
 
 
+def sticking_the_landing(params, eps, target):
+    """``advi_objective`` with the same value whose gradient drops the score of ``q``.
+
+    Roeder, Wu & Duvenaud (2017): with ``zeta = mu + sigma eps``, the ELBO draw
+    ``f(z) + log|dz/dzeta| - log N(zeta; mu, sigma)`` is differentiated through ``zeta`` only
+    (``mu``, ``sigma`` stopped inside the density). The dropped term, ``grad_v log q``, has
+    mean zero: the estimate stays unbiased, and where ``q`` equals the posterior
+    (``f(z) - log q(z)`` constant) every draw's gradient is exactly zero at the optimum.
+    """
+    value = advi_objective(params, eps, target)
+    for name in target.families:
+        loc, raw_scale = params[name]["loc"], params[name]["scale"]
+        scale = softplus(raw_scale)
+        zeta = loc + scale * eps[name]
+        fixed_loc, fixed_scale = jax.lax.stop_gradient(loc), jax.lax.stop_gradient(scale)
+        extra = (
+            -jnp.log(scale)
+            + jnp.log(fixed_scale)
+            + 0.5 * ((zeta - fixed_loc) / fixed_scale) ** 2
+            - 0.5 * eps[name] ** 2
+        )
+        value = value + jnp.sum(extra)
+    return value
+
+
+_sticking_the_landing = sticking_the_landing
+
+
 @register_estimator("advi")
-def advi(num_samples: int = 1, num_elbo_samples: int = 20, compute_variance: bool = False) -> Estimator:
+def advi(
+    num_samples: int = 1,
+    num_elbo_samples: int = 20,
+    compute_variance: bool = False,
+    sticking_the_landing: bool = False,
+) -> Estimator:
     """ADVI (Kucukelbir et al. 2017): reparameterization of a Gaussian on the unconstrained space.
 
     Args:
@@ -102,8 +136,12 @@ def advi(num_samples: int = 1, num_elbo_samples: int = 20, compute_variance: boo
       num_elbo_samples: fresh draws for the reported ELBO (paper: 20); ``0`` reports the ELBO
         of the gradient draws instead.
       compute_variance: report ``gradient_variance`` (per-draw, needs ``num_samples > 1``).
+      sticking_the_landing: the path-derivative form of Roeder et al. (2017)
+        (:func:`sticking_the_landing`): unbiased, and noise-free at an optimum where the
+        posterior is in the family.
     """
     num_samples = _positive_int(num_samples, "num_samples")
+    stl = bool(sticking_the_landing)
     if isinstance(num_elbo_samples, bool) or int(num_elbo_samples) != num_elbo_samples:
         raise ConfigError(f"num_elbo_samples must be an integer, got {num_elbo_samples!r}")
     num_elbo_samples = int(num_elbo_samples)
@@ -112,7 +150,8 @@ def advi(num_samples: int = 1, num_elbo_samples: int = 20, compute_variance: boo
 
     def single(rng_key, params, target):
         eps = sample_standardized(rng_key, params, target.families)
-        elbo, grad = jax.value_and_grad(advi_objective)(params, eps, target)
+        objective = _sticking_the_landing if stl else advi_objective
+        elbo, grad = jax.value_and_grad(objective)(params, eps, target)
         return grad, EstimateInfo(elbo=elbo, extras={})
 
     averaged = multi_sample(single, num_samples, compute_variance)
@@ -136,5 +175,6 @@ def advi(num_samples: int = 1, num_elbo_samples: int = 20, compute_variance: boo
             "num_samples": num_samples,
             "num_elbo_samples": num_elbo_samples,
             "compute_variance": compute_variance,
+            "sticking_the_landing": stl,
         },
     )
