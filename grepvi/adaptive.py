@@ -54,6 +54,7 @@ __all__ = [
     "WindowReport",
     "run_trial",
     "set_step_size",
+    "get_step_size",
     "run_adaptive",
     "elbo_trend_t",
 ]
@@ -207,6 +208,15 @@ def _metric(families):
         return jnp.sqrt(jnp.maximum(fisher_mean_quad(families, params, delta), 0.0))
 
     return distance
+
+
+def get_step_size(opt_state) -> float:
+    """The step size held in an optimizer state (see :func:`set_step_size`)."""
+    if hasattr(opt_state, "inner"):
+        return get_step_size(opt_state.inner)
+    if hasattr(opt_state, "step_size"):
+        return float(np.asarray(opt_state.step_size))
+    return float(np.asarray(opt_state.hyperparams["learning_rate"]))
 
 
 def set_step_size(state, rho):

@@ -243,7 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a small G-REP vs ADVI comparison on simulated data (no download)")
     demo.add_argument("--out", default="grepvi-demo", help="output folder (default ./grepvi-demo)")
     demo.add_argument(
-        "--time-budget", type=_number, default=10.0, metavar="S", help="seconds per estimator (10)"
+        "--time-budget",
+        type=_number,
+        default=60.0,
+        metavar="S",
+        help="cap on seconds per estimator (60; each runs until converged or 20,000 iterations)",
     )
     demo.add_argument(
         "--estimators", type=_names, default=["grep", "advi"], help="default grep,advi; add bbvi"

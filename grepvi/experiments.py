@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi import evaluation
-from grepvi.adaptive import AdaptiveSettings
+from grepvi.adaptive import AdaptiveSettings, get_step_size
 from grepvi.errors import ConfigError, DataError
 from grepvi.estimators.base import get_estimator
 from grepvi.inference import DEFAULT_MAX_STEPS, _check_target, adaptive_candidates, init
@@ -492,9 +492,7 @@ def fit_run(
     if adaptive:
 
         def adaptive_checkpoint(current, current_trace, current_wall_time):
-            rho = float(np.asarray(getattr(current.opt_state, "step_size", math.nan)))
-            if not math.isfinite(rho):
-                rho = float(np.asarray(current.opt_state.hyperparams["learning_rate"]))
+            rho = get_step_size(current.opt_state)
             label = "natural" if hasattr(current.opt_state, "step_size") else "adam"
             label = next((c.label for c in candidates if c.label.startswith(label)), label)
             directory.save_checkpoint(
@@ -553,6 +551,7 @@ def fit_run(
     if convergence is not None:
         metrics["convergence"] = convergence._asdict()
         metrics["eta"] = convergence.step_size
+        metrics["iterations"] = convergence.num_iterations
     if "perplexity" in arrays:
         finite = arrays["perplexity"][np.isfinite(arrays["perplexity"])]
         metrics["perplexity_last"] = float(finite[-1]) if finite.size else math.nan
@@ -806,14 +805,16 @@ def samples_sweep(
 DEMO_ESTIMATORS = ("grep", "advi")  # BBVI: add it with estimators=(..., "bbvi"); compiles slowly
 
 
-def demo_config(seed: int = 0, time_budget: float = 10.0) -> RunConfig:
+def demo_config(seed: int = 0, time_budget: float = 60.0) -> RunConfig:
     """The demo: a 2-layer sparse gamma DEF (8, 4) on 100 + 25 rows of 8x8 counts simulated
-    from the model itself, ``time_budget`` seconds of training per estimator."""
+    from the model itself; each estimator runs the default procedure until it converges, at
+    most 20,000 iterations or ``time_budget`` seconds."""
     return RunConfig(
         model="sparse-gamma-def",
         dataset=SYNTHETIC,
         estimator="grep",
         time_budget=time_budget,
+        num_steps=20_000,
         seed=seed,
         layer_sizes=(8, 4),
         synthetic_size=(100, 25, 64),
@@ -823,7 +824,7 @@ def demo_config(seed: int = 0, time_budget: float = 10.0) -> RunConfig:
     )
 
 
-def demo(out, *, estimators=DEMO_ESTIMATORS, seed=0, time_budget=10.0, overwrite=False, quiet=False) -> dict:
+def demo(out, *, estimators=DEMO_ESTIMATORS, seed=0, time_budget=60.0, overwrite=False, quiet=False) -> dict:
     """G-REP against ADVI (BBVI too if listed in ``estimators``) on simulated data; returns the
     report summary."""
     return compare(demo_config(seed, time_budget), estimators, out, overwrite=overwrite, quiet=quiet)
