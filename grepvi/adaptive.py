@@ -75,6 +75,8 @@ class AdaptiveSettings(NamedTuple):
         metric); ``0.005`` puts means and variances of the conjugate test cases within 2%.
       window: iterations per compiled window (the unit of monitoring).
       min_batches: batch means needed before the MCSE is trusted.
+      max_batches: batch means after which a stage ends (step halved) even when its average
+        is not yet known to ``tolerance``.
       trial_windows: windows each candidate direction runs before the best is kept.
       adam_step_size: the first stage's learning rate of the Adam candidate.
     """
@@ -84,6 +86,7 @@ class AdaptiveSettings(NamedTuple):
     tolerance: float = 0.005
     window: int = 100
     min_batches: int = 8
+    max_batches: int = 64
     trial_windows: int = 3
     adam_step_size: float = 0.1
 
@@ -92,7 +95,7 @@ class AdaptiveSettings(NamedTuple):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
-        for name in ("window", "min_batches", "trial_windows"):
+        for name in ("window", "min_batches", "max_batches", "trial_windows"):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 2:
                 raise ConfigError(f"{name} must be an integer of at least 2, got {value!r}")
@@ -446,7 +449,12 @@ def run_adaptive(
                 batch_sum, batch_windows = None, 0
                 if welford.count >= settings.min_batches:
                     accuracy = float(distance(welford.mean, welford.standard_error()))
-                    if accuracy <= settings.tolerance:
+                    accurate = accuracy <= settings.tolerance
+                    if accurate or welford.count >= settings.max_batches:
+                        # A stage ends when its average is known to the tolerance, or after
+                        # max_batches batches: a step too large for the noise (Adam's iterates
+                        # wander by about its learning rate) is halved rather than averaged
+                        # for ever; only an accurate stage can end the run.
                         average = welford.mean
                         if previous_average is not None:
                             stage_change = float(
@@ -454,7 +462,11 @@ def run_adaptive(
                                     average, jax.tree_util.tree_map(jnp.subtract, average, previous_average)
                                 )
                             )
-                        if previous_average is not None and stage_change <= 2.0 * settings.tolerance:
+                        if (
+                            accurate
+                            and previous_average is not None
+                            and stage_change <= 2.0 * settings.tolerance
+                        ):
                             state = state._replace(params=average)
                             reason = "converged"
                             if callback is not None:

@@ -108,15 +108,20 @@ def _largest_relative_change(family, params, direction, rho):
 
 
 def fisher_mean_quad(families: dict[str, Family], params: dict, delta: dict) -> jax.Array:
-    """Mean over all latent elements of ``delta^T F delta`` (families without a Fisher form
-    count with identity metric). Its square root is a move in posterior standard deviations."""
+    """Mean over all latent elements of ``delta^T F delta``. Its square root is a move in
+    posterior standard deviations. Families without a Fisher form count relative changes of
+    their positive parameters and absolute changes of the others."""
     total, count = 0.0, 0
     for name, family in families.items():
         if family.has_fisher:
             quad = family.fisher_quad(params[name], delta[name])
-        else:
-            leaves = jax.tree_util.tree_leaves(delta[name])
-            quad = sum(jnp.sum(leaf**2) for leaf in leaves) / math.prod(family.batch_shape)
+        else:  # relative changes for positive parameters, absolute ones otherwise
+            quad = 0.0
+            for key, leaf in delta[name].items():
+                if key in family.positive_parameters:
+                    leaf = leaf * _relative_rate(params[name][key])
+                quad = quad + jnp.sum(leaf**2)
+            quad = quad / math.prod(family.batch_shape)
         total = total + jnp.sum(quad)
         count += math.prod(family.batch_shape)
     return total / count
