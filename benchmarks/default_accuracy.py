@@ -71,7 +71,9 @@ def run_default(model_name, estimator, seed):
 def run_fixed(model_name, eta, seed, num_steps=4000, label=None):
     logdensity_fn, families, mean, variance = MODELS[model_name]()
     start = time.perf_counter()
-    result = grepvi.fit(logdensity_fn, families, "grep", step_size=eta, num_steps=num_steps, seed=seed, progress=False)
+    result = grepvi.fit(
+        logdensity_fn, families, "grep", step_size=eta, num_steps=num_steps, seed=seed, progress=False
+    )
     elapsed = time.perf_counter() - start
     mean_error, variance_error = _errors(result, result.families, mean, variance)
     return {
@@ -93,7 +95,9 @@ def run_stan(model_name, seed, num_steps=4000):
     start = time.perf_counter()
     scores = {}
     for eta in STAN_GRID:
-        trial = grepvi.fit(logdensity_fn, families, "grep", step_size=eta, num_steps=50, seed=seed, progress=False)
+        trial = grepvi.fit(
+            logdensity_fn, families, "grep", step_size=eta, num_steps=50, seed=seed, progress=False
+        )
         elbo = trial.trace.elbo[-10:]
         scores[eta] = float(np.mean(elbo)) if np.all(np.isfinite(elbo)) else -math.inf
     best = max(scores, key=scores.get)
@@ -102,8 +106,17 @@ def run_stan(model_name, seed, num_steps=4000):
     return row
 
 
+HEADER = (
+    f"{'method':16s} {'estimator':9s} {'model':24s} seed  mean err  var err  conv  iterations  "
+    "steps    seconds"
+)
+
+
+def _within(row, tolerance=0.02):
+    return row["mean_error"] < tolerance and row["variance_error"] < tolerance
+
+
 def _print(rows):
-    print(f"{'method':16s} {'estimator':9s} {'model':24s} seed  mean err  var err  conv  iterations  steps    seconds")
     for r in rows:
         print(
             f"{r['method']:16s} {r['estimator']:9s} {r['model']:24s} {r['seed']:4d}  {r['mean_error']:8.4f} "
@@ -124,6 +137,7 @@ def main(argv=None):
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
     print(f"jax {jax.__version__}, backend {jax.default_backend()}")
+    print(HEADER)
     for estimator in args.estimators.split(","):
         for model in args.models.split(","):
             for seed in seeds:
@@ -148,7 +162,7 @@ def main(argv=None):
         print(
             f"  {method:16s} {estimator:9s} mean {max(r['mean_error'] for r in group):.4f}  "
             f"variance {max(r['variance_error'] for r in group):.4f}  "
-            f"within 2%: {sum(r['mean_error'] < 0.02 and r['variance_error'] < 0.02 for r in group)}/{len(group)}  "
+            f"within 2%: {sum(_within(r) for r in group)}/{len(group)}  "
             f"converged {sum(r['converged'] for r in group)}/{len(group)}  "
             f"max time {max(r['seconds'] for r in group):.1f} s"
         )

@@ -38,7 +38,9 @@ def main(argv=None):
 
     @jax.jit
     def bare(s):
-        return jax.lax.scan(lambda c, _: (step(c, target, estimator, optimizer)[0], None), s, None, length=length)[0]
+        return jax.lax.scan(
+            lambda c, _: (step(c, target, estimator, optimizer)[0], None), s, None, length=length
+        )[0]
 
     window = make_window(target, estimator, optimizer, length)
     settings = AdaptiveSettings(window=length)
@@ -62,7 +64,8 @@ def main(argv=None):
         )
         controller_times.append((time.perf_counter() - start) / 4)
     b, w, c = (float(np.median(t)) / length * 1e3 for t in (bare_times, window_times, controller_times))
-    print(f"{dataset.name}: {sum(int(np.prod(f.shape)) for f in target.families.values())} latent elements, jax {jax.__version__}")
+    elements = sum(int(np.prod(f.shape)) for f in target.families.values())
+    print(f"{dataset.name}: {elements} latent elements, jax {jax.__version__}")
     print(f"bare steps                      {b:8.3f} ms/iteration  1.000")
     print(f"window (sums, outputs)          {w:8.3f} ms/iteration  {w / b:.3f}")
     print(f"procedure (window + controller) {c:8.3f} ms/iteration  {c / b:.3f}")

@@ -25,7 +25,12 @@ import numpy as np
 from grepvi import experiments
 from grepvi.runs import read_trace
 
-MODELS = {"olivetti": "sparse-gamma-def", "mnist": "beta-gamma-mf", "omniglot": "beta-gamma-mf", "nips": "sparse-gamma-def"}
+MODELS = {
+    "olivetti": "sparse-gamma-def",
+    "mnist": "beta-gamma-mf",
+    "omniglot": "beta-gamma-mf",
+    "nips": "sparse-gamma-def",
+}
 STAN_GRID = (100.0, 10.0, 1.0, 0.1, 0.01)
 
 
@@ -72,7 +77,9 @@ def run_stan(dataset, budget, out):
         scores[eta] = float(np.mean(last)) if np.all(np.isfinite(last)) else -math.inf
     best = max(scores, key=scores.get)
     adaptation = time.perf_counter() - start
-    metrics = _run(_config(dataset, time_budget=max(budget - adaptation, 1.0), step_size=best), Path(out) / "run")
+    metrics = _run(
+        _config(dataset, time_budget=max(budget - adaptation, 1.0), step_size=best), Path(out) / "run"
+    )
     times, medians = _window_medians(read_trace(Path(out) / "run" / "trace.csv"), offset=adaptation)
     metrics["stan_eta"] = best
     return (times, medians), time.perf_counter() - start, metrics
@@ -90,10 +97,15 @@ def main(argv=None):
             (times, medians), seconds, metrics = runner(args.dataset, args.budget, Path(folder) / name)
             results[name] = (times, medians, seconds, metrics)
             print(
-                f"{name:8s} wall {seconds:6.1f} s, {metrics['iterations']} iterations, final window median ELBO "
+                f"{name:8s} wall {seconds:6.1f} s, {metrics['iterations']} iterations, "
+                "final window median ELBO "
                 f"{medians[-1] if medians.size else math.nan:.5g}, best {np.nanmax(medians):.5g}"
                 + (f", eta {metrics.get('stan_eta')}" if "stan_eta" in metrics else "")
-                + (f", first window {medians[0]:.4g}, lowest {np.nanmin(medians):.4g}" if medians.size else ""),
+                + (
+                    f", first window {medians[0]:.4g}, lowest {np.nanmin(medians):.4g}"
+                    if medians.size
+                    else ""
+                ),
                 flush=True,
             )
     if args.levels:
