@@ -208,11 +208,7 @@ def refit_local(
 
     def body(state, _):
         weights = sample_latents(jax.random.fold_in(state.rng_key, 7), global_families, global_params)
-        target = Target(
-            lambda latents: logdensity_fn({**latents, **weights}),
-            local_families,
-            None if local_fn is None else (lambda latents: local_fn({**latents, **weights})),
-        )
+        target = bind_globals(logdensity_fn, local_fn, local_families, weights)
         new_state, info = step(state, target, estimator, optimizer)
         return new_state, info.elbo
 
@@ -234,18 +230,24 @@ def refit_local(
     return state.params, np.concatenate(elbos)
 
 
+def bind_globals(logdensity_fn, local_fn, local_families, weights) -> Target:
+    """The target over the local latents with the global latents fixed at ``weights``."""
+    return Target(
+        lambda latents: logdensity_fn({**latents, **weights}),
+        local_families,
+        None if local_fn is None else (lambda latents: local_fn({**latents, **weights})),
+    )
+
+
 def drawing_globals(estimator: Estimator, logdensity_fn, global_families, global_params, local_fn=None):
     """``estimator`` on the local latents, with fresh ``W ~ q(W)`` bound for every estimate."""
 
     def estimate(rng_key, params, target):
         key_w, key = jax.random.split(rng_key)
         weights = sample_latents(key_w, global_families, global_params)
-        bound = Target(
-            lambda latents: logdensity_fn({**latents, **weights}),
-            target.families,
-            None if local_fn is None else (lambda latents: local_fn({**latents, **weights})),
+        return estimator.estimate(
+            key, params, bind_globals(logdensity_fn, local_fn, target.families, weights)
         )
-        return estimator.estimate(key, params, bound)
 
     return estimator._replace(estimate=estimate)
 
@@ -272,11 +274,8 @@ def _refit_default(
     global_params = jax.lax.stop_gradient(global_params)
     local_fn = _restrict(local_logdensity_fn, names)
     means = {name: family.mean(global_params[name]) for name, family in global_families.items()}
-    target = Target(  # W at its mean: for the initial checks; every estimate draws W ~ q(W)
-        lambda latents: logdensity_fn({**latents, **means}),
-        local_families,
-        None if local_fn is None else (lambda latents: local_fn({**latents, **means})),
-    )
+    # W at its mean for the initial checks; every estimate draws W ~ q(W)
+    target = bind_globals(logdensity_fn, local_fn, local_families, means)
     drawing = drawing_globals(estimator, logdensity_fn, global_families, global_params, local_fn)
     settings = AdaptiveSettings(window=min(100, max(2, num_steps // 10)))
     candidates = adaptive_candidates(rng_key, target, drawing, settings)
