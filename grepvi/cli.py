@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_number,
         default=60.0,
         metavar="S",
-        help="cap on seconds per estimator (60; each runs until converged or 20,000 iterations)",
+        help="seconds of wall time per estimator (60; less if it converges first)",
     )
     demo.add_argument(
         "--estimators", type=_names, default=["grep", "advi"], help="default grep,advi; add bbvi"
