@@ -398,17 +398,9 @@ def draws_per_step(families: dict, estimator: Estimator) -> int:
 
 def average_estimates(estimator: Estimator, count: int) -> Estimator:
     """``estimator`` averaged over ``count`` independent calls (itself when ``count == 1``)."""
-    if count == 1:
-        return estimator
+    from grepvi.estimators.grep import multi_sample
 
-    def estimate(rng_key, params, target):
-        keys = jax.random.split(rng_key, count)
-        grads, info = jax.vmap(estimator.estimate, in_axes=(0, None, None))(keys, params, target)
-        mean = jax.tree_util.tree_map(lambda g: jnp.mean(g, 0), grads)
-        extras = {key: jnp.mean(value, 0) for key, value in info.extras.items()}
-        return mean, info._replace(elbo=jnp.mean(info.elbo), extras=extras)
-
-    return estimator._replace(estimate=estimate)
+    return estimator._replace(estimate=multi_sample(estimator.estimate, count, compute_variance=False))
 
 
 ADAM_TRIAL_FACTORS = (1.0, 10.0, 0.1)  # Adam's learning rates in the trial, times adam_step_size
