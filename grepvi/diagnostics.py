@@ -117,22 +117,28 @@ def pareto_k_from_log_ratios(log_ratios) -> ParetoK:
     return ParetoK(k, sigma, int(tail.size), num_draws, k < reliability_threshold(num_draws))
 
 
-def log_importance_ratios(logdensity_fn, families, params, rng_key, num_draws: int):
-    """``log p(x, z_s) - log q(z_s)`` for ``num_draws`` draws ``z_s ~ q``."""
+def log_importance_ratios(logdensity_fn, families, params, rng_key, num_draws: int, data=None):
+    """``log p(x, z_s) - log q(z_s)`` for ``num_draws`` draws ``z_s ~ q``.
+
+    ``data``: passed as ``logdensity_fn(z, data)`` (an argument of the compiled program)."""
     keys = jax.random.split(rng_key, len(families))
     latents = {
         name: family.sample(params[name], key, (num_draws,))
         for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
     }
+    log_joint = logdensity_fn if data is not None else (lambda z, _: logdensity_fn(z))
 
-    def ratio(z):
-        log_q = sum(jnp.sum(family.log_prob(params[name], z[name])) for name, family in families.items())
-        return logdensity_fn(z) - log_q
+    def ratios(latents, params, data):
+        def ratio(z):
+            log_q = sum(jnp.sum(family.log_prob(params[name], z[name])) for name, family in families.items())
+            return log_joint(z, data) - log_q
 
-    return jax.jit(jax.vmap(ratio))(latents)
+        return jax.vmap(ratio)(latents)
+
+    return jax.jit(ratios)(latents, params, data)
 
 
-def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000) -> ParetoK:
+def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000, data=None) -> ParetoK:
     """PSIS Pareto ``k`` of the approximation ``q(z; params)`` to ``p(z | x)``.
 
     Args:
@@ -141,6 +147,7 @@ def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000) ->
       params: the fitted parameters (``FitResult.params``).
       rng_key: a ``jax.random`` key.
       num_draws: draws from ``q`` (at least 100; Vehtari et al. use 4,000 or more).
+      data: the data pytree of a ``logdensity_fn(latents, data)`` (a model's).
 
     Returns:
       :class:`ParetoK`; ``k < 0.7`` reads as reliable.
@@ -155,5 +162,5 @@ def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000) ->
       >>> pareto_k(logdensity_fn, families, params, jax.random.key(0)).reliable
       False
     """
-    log_ratios = log_importance_ratios(logdensity_fn, families, params, rng_key, int(num_draws))
+    log_ratios = log_importance_ratios(logdensity_fn, families, params, rng_key, int(num_draws), data)
     return pareto_k_from_log_ratios(np.asarray(log_ratios))

@@ -21,6 +21,7 @@
   (:func:`perplexity_from_rates`, :func:`heldout_perplexity`).
 """
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import Estimator, Target, total_entropy
+from grepvi.estimators.base import Estimator, Target, bind_data, total_entropy
 from grepvi.families.base import Family
 from grepvi.inference import VIState, step
 from grepvi.optim import advi_stepsize
@@ -77,8 +78,9 @@ def sample_latents(rng_key, families: dict[str, Family], params: dict) -> dict:
     }
 
 
-def elbo_estimate(rng_key, params: dict, target: Target, num_samples: int = 1) -> jax.Array:
+def elbo_estimate(rng_key, params: dict, target: Target, num_samples: int = 1, data=None) -> jax.Array:
     """``1/S sum_s log p(x, z_s) + sum_latents H[q]`` with ``z_s ~ q`` (no gradient)."""
+    target = bind_data(target, data)
     params = jax.lax.stop_gradient(params)
     keys = jax.random.split(rng_key, num_samples)
     draws = jax.vmap(lambda key: target.logdensity_fn(sample_latents(key, target.families, params)))(keys)
@@ -91,14 +93,15 @@ def predictive_loglik(
     families: dict[str, Family],
     params: dict,
     num_samples: int = 100,
+    data=None,
 ) -> HeldoutLoglik:
     """Per-entry held-out log-likelihood over ``num_samples`` posterior draws.
 
     Args:
       rng_key: key of the posterior draws.
-      observation_loglik: ``latents -> (N, D)`` array of ``log p(x_nd | latents)`` for the
-        held-out entries (data bound); entries that are not held out may be masked to zero by
-        the caller, who then rescales (see :func:`heldout_loglik`).
+      observation_loglik: ``(latents, data) -> (N, D)`` array of ``log p(x_nd | latents)``
+        for the held-out entries (``latents -> (N, D)`` when ``data`` is None).
+      data: the held-out data pytree, an argument of the compiled evaluation.
       families, params: the variational distribution of every latent ``observation_loglik``
         reads.
       num_samples: posterior draws ``S`` (paper: 100).
@@ -108,20 +111,11 @@ def predictive_loglik(
     """
     num_samples = _positive_int(num_samples, "eval samples")
     params = jax.lax.stop_gradient(params)
-
-    @jax.jit
-    def run(rng_key):
-        def body(running, key):
-            latents = sample_latents(key, families, params)
-            loglik = observation_loglik(latents)
-            return jnp.logaddexp(running, loglik), jnp.mean(loglik)
-
-        shape = jax.eval_shape(lambda: observation_loglik(sample_latents(rng_key, families, params))).shape
-        start = jnp.full(shape, -jnp.inf, jnp.float32)
-        running, per_sample = jax.lax.scan(body, start, jax.random.split(rng_key, num_samples))
-        return per_sample, jnp.mean(running) - jnp.log(num_samples)
-
-    per_sample, logmeanexp = run(rng_key)
+    loglik_fn = observation_loglik if data is not None else (lambda latents, _: observation_loglik(latents))
+    run = jax.jit(
+        functools.partial(_predictive_run, loglik_fn=loglik_fn, families=families, num_samples=num_samples)
+    )
+    per_sample, logmeanexp = run(rng_key, params, data)
     per_sample = np.asarray(per_sample, np.float64)
     return HeldoutLoglik(
         mean=float(np.mean(per_sample)),
@@ -129,6 +123,21 @@ def predictive_loglik(
         logmeanexp=float(logmeanexp),
         per_sample=per_sample,
     )
+
+
+def _predictive_run(rng_key, params, data, *, loglik_fn, families, num_samples):
+    """The draws run in a ``lax.scan`` with a running log-sum-exp (parameters and data are
+    arguments of the compiled program)."""
+
+    def body(running, key):
+        latents = sample_latents(key, families, params)
+        loglik = loglik_fn(latents, data)
+        return jnp.logaddexp(running, loglik), jnp.mean(loglik)
+
+    shape = jax.eval_shape(lambda: loglik_fn(sample_latents(rng_key, families, params), data)).shape
+    start = jnp.full(shape, -jnp.inf, jnp.float32)
+    running, per_sample = jax.lax.scan(body, start, jax.random.split(rng_key, num_samples))
+    return per_sample, jnp.mean(running) - jnp.log(num_samples)
 
 
 def _restrict(local_logdensity_fn, names):
@@ -141,7 +150,7 @@ def _restrict(local_logdensity_fn, names):
 
 def refit_local(
     rng_key,
-    logdensity_fn: Callable[[dict], jax.Array],
+    logdensity_fn: Callable,
     local_families: dict[str, Family],
     global_families: dict[str, Family],
     global_params: dict,
@@ -149,9 +158,10 @@ def refit_local(
     *,
     num_steps: int = 300,
     step_size: float | None = None,
-    local_logdensity_fn: Callable[[dict], dict] | None = None,
+    local_logdensity_fn: Callable | None = None,
     chunk_size: int = 50,
     optimizer=None,
+    data=None,
 ) -> tuple[dict, np.ndarray]:
     """Fits ``q(z*)`` of new observations with ``q(W)`` (the global latents) held fixed.
 
@@ -163,14 +173,19 @@ def refit_local(
     and Adam steps in a trial, averaged once stationary) with ``num_steps`` as its cap; with
     ``step_size`` the ADVI sequence (paper Eq. 9) with ``eta = step_size``.
 
+    The test data and the trained ``q(W)`` are arguments of the compiled steps (refitting
+    other rows, or with other weights, reuses the program).
+
     Args:
       rng_key: key of the initialization, the estimator's draws and the ``W`` draws.
-      logdensity_fn: ``log p(x*, z*, W)`` of the test data (local and global latents).
+      logdensity_fn: ``log p(x*, z*, W)`` of the test data: ``(latents, data)`` with
+        ``data``, else ``latents -> scalar``.
       local_families: families of the test rows' local latents (initialized fresh).
       global_families, global_params: the trained ``q(W)``.
       estimator: the gradient estimator (the one the model was trained with).
       num_steps: refit iterations (``0`` keeps the initialization).
       local_logdensity_fn: per-element local log joints of the test model (all latents).
+      data: the test rows' data pytree (a model's ``prepare_data(x)``).
 
     Returns:
       ``(local_params, elbo_trace)``.
@@ -178,18 +193,15 @@ def refit_local(
     if isinstance(num_steps, bool) or int(num_steps) != num_steps or num_steps < 0:
         raise ConfigError(f"refit steps: expected a non-negative integer, found {num_steps!r}")
     num_steps = int(num_steps)
+    names = tuple(sorted(local_families))
+    target, refit_data = _refit_target(
+        logdensity_fn, local_logdensity_fn, local_families, names, global_params, data
+    )
+    drawing = drawing_globals(estimator, global_families)
     if step_size is None and optimizer is None:
         return _refit_default(
-            rng_key,
-            logdensity_fn,
-            local_families,
-            global_families,
-            global_params,
-            estimator,
-            num_steps,
-            local_logdensity_fn,
+            rng_key, target, refit_data, local_families, global_families, drawing, num_steps
         )
-    names = tuple(sorted(local_families))
     optimizer = advi_stepsize(float(step_size)) if optimizer is None else optimizer
     init_key, run_key = jax.random.split(rng_key)
     keys = jax.random.split(init_key, len(names))
@@ -203,65 +215,69 @@ def refit_local(
     )
     if num_steps == 0:
         return params, np.zeros(0)
-    global_params = jax.lax.stop_gradient(global_params)
-    local_fn = _restrict(local_logdensity_fn, names)
 
-    def body(state, _):
-        weights = sample_latents(jax.random.fold_in(state.rng_key, 7), global_families, global_params)
-        target = bind_globals(logdensity_fn, local_fn, local_families, weights)
-        new_state, info = step(state, target, estimator, optimizer)
-        return new_state, info.elbo
+    def run(state, refit_data, length):
+        body = lambda carry, _: step(carry, target, drawing, optimizer, refit_data)
+        state, info = jax.lax.scan(body, state, None, length=length)
+        return state, info.elbo
 
-    @jax.jit
-    def chunk(state):
-        return jax.lax.scan(body, state, None, length=chunk_size)
-
-    @jax.jit
-    def last(state):
-        return jax.lax.scan(body, state, None, length=num_steps % chunk_size)
-
+    chunk = jax.jit(functools.partial(run, length=chunk_size))
+    last = jax.jit(functools.partial(run, length=num_steps % chunk_size))
     elbos = []
     for _ in range(num_steps // chunk_size):
-        state, elbo = chunk(state)
+        state, elbo = chunk(state, refit_data)
         elbos.append(np.asarray(elbo))
     if num_steps % chunk_size:
-        state, elbo = last(state)
+        state, elbo = last(state, refit_data)
         elbos.append(np.asarray(elbo))
     return state.params, np.concatenate(elbos)
 
 
-def bind_globals(logdensity_fn, local_fn, local_families, weights) -> Target:
-    """The target over the local latents with the global latents fixed at ``weights``."""
-    return Target(
-        lambda latents: logdensity_fn({**latents, **weights}),
+def _refit_target(logdensity_fn, local_logdensity_fn, local_families, names, global_params, data):
+    """The refit's target over the local latents, and its data: the test rows' data and the
+    parameters of ``q(W)`` (both arguments of the compiled steps)."""
+    local_fn = _restrict(local_logdensity_fn, names)
+    if data is None:
+        full, local = (
+            (lambda z, d: logdensity_fn(z)),
+            (None if local_fn is None else lambda z, d: local_fn(z)),
+        )
+    else:
+        full, local = logdensity_fn, local_fn
+    target = Target(
+        lambda latents, d: full(latents, d["data"]),
         local_families,
-        None if local_fn is None else (lambda latents: local_fn({**latents, **weights})),
+        None if local is None else (lambda latents, d: local(latents, d["data"])),
+        takes_data=True,
+    )
+    refit_data = {"data": data, "global_params": jax.lax.stop_gradient(global_params)}
+    return target, refit_data
+
+
+def bind_globals(target: Target, weights: dict) -> Target:
+    """The (data-bound) target over the local latents with the global latents at ``weights``."""
+    logdensity_fn, local_fn = target.logdensity_fn, target.local_logdensity_fn
+    return target._replace(
+        logdensity_fn=lambda latents: logdensity_fn({**latents, **weights}),
+        local_logdensity_fn=None if local_fn is None else (lambda latents: local_fn({**latents, **weights})),
     )
 
 
-def drawing_globals(estimator: Estimator, logdensity_fn, global_families, global_params, local_fn=None):
-    """``estimator`` on the local latents, with fresh ``W ~ q(W)`` bound for every estimate."""
+def drawing_globals(estimator: Estimator, global_families: dict) -> Estimator:
+    """``estimator`` on the local latents, with fresh ``W ~ q(W)`` bound for every estimate.
+
+    The parameters of ``q(W)`` come with the bound data (``target.bound_data["global_params"]``
+    of the refit's target, :func:`refit_local`)."""
 
     def estimate(rng_key, params, target):
         key_w, key = jax.random.split(rng_key)
-        weights = sample_latents(key_w, global_families, global_params)
-        return estimator.estimate(
-            key, params, bind_globals(logdensity_fn, local_fn, target.families, weights)
-        )
+        weights = sample_latents(key_w, global_families, target.bound_data["global_params"])
+        return estimator.estimate(key, params, bind_globals(target, weights))
 
     return estimator._replace(estimate=estimate)
 
 
-def _refit_default(
-    rng_key,
-    logdensity_fn,
-    local_families,
-    global_families,
-    global_params,
-    estimator,
-    num_steps,
-    local_logdensity_fn,
-):
+def _refit_default(rng_key, target, refit_data, local_families, global_families, drawing, num_steps):
     from grepvi.adaptive import AdaptiveSettings, run_adaptive
     from grepvi.inference import adaptive_candidates
 
@@ -271,14 +287,10 @@ def _refit_default(
         return {
             name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)
         }, np.zeros(0)
-    global_params = jax.lax.stop_gradient(global_params)
-    local_fn = _restrict(local_logdensity_fn, names)
-    means = {name: family.mean(global_params[name]) for name, family in global_families.items()}
-    # W at its mean for the initial checks; every estimate draws W ~ q(W)
-    target = bind_globals(logdensity_fn, local_fn, local_families, means)
-    drawing = drawing_globals(estimator, logdensity_fn, global_families, global_params, local_fn)
     settings = AdaptiveSettings(window=min(100, max(2, num_steps // 10)))
-    candidates = adaptive_candidates(rng_key, target, drawing, settings)
+    candidates = adaptive_candidates(
+        rng_key, _at_global_means(target, global_families), drawing, settings, data=refit_data
+    )
     elbos = []
     _, params, _ = run_adaptive(
         candidates,
@@ -289,6 +301,28 @@ def _refit_default(
         callback=lambda report: elbos.append(np.asarray(report.elbo)),
     )
     return params, np.concatenate(elbos) if elbos else np.zeros(0)
+
+
+def _at_global_means(target: Target, global_families: dict) -> Target:
+    """The refit target whose own evaluation without ``W`` (the initial check of the model)
+    puts ``W`` at the means of ``q(W)``; the estimates draw ``W ~ q(W)``
+    (:func:`drawing_globals`) and pass it with the latents."""
+    full, local = target.logdensity_fn, target.local_logdensity_fn
+
+    def means(d):
+        return {name: family.mean(d["global_params"][name]) for name, family in global_families.items()}
+
+    def check_fn(latents, d):
+        if set(global_families) <= set(latents):
+            return full(latents, d)
+        return full({**latents, **means(d)}, d)
+
+    def check_local(latents, d):
+        if set(global_families) <= set(latents):
+            return local(latents, d)
+        return local({**latents, **means(d)}, d)
+
+    return target._replace(logdensity_fn=check_fn, local_logdensity_fn=None if local is None else check_local)
 
 
 def heldout_loglik(
@@ -305,19 +339,20 @@ def heldout_loglik(
 ) -> HeldoutLoglik:
     """Held-out log-likelihood per entry of new observations ``test_data`` (rows).
 
-    Binds the same model to ``test_data`` (``model.with_data``), refits the test rows' local
-    latents with the trained global ``q(W)`` fixed (:func:`refit_local`), then evaluates
-    :func:`predictive_loglik` over ``num_samples`` draws of the global and refitted local
-    latents.
+    Prepares the test rows for the same model (``model.prepare_data``: validation), refits
+    their local latents with the trained global ``q(W)`` fixed (:func:`refit_local`), then
+    evaluates :func:`predictive_loglik` over ``num_samples`` draws of the global and
+    refitted local latents. The test data is an argument of every compiled program.
 
     Args:
-      model: a :class:`grepvi.models.Model` bound to the training data.
+      model: a :class:`grepvi.models.Model` (its hyperparameters and functions).
       families, params: the trained variational families and parameters (all latents).
-      test_data: ``(N*, D)`` new observations.
+      test_data: ``(N*, D)`` new observations, or a data pytree of the model.
       estimator: gradient estimator for the refit; its ``adapt_families`` picks the local
         families (ADVI: Gaussians on the unconstrained space).
     """
-    test_model = model.with_data(test_data)
+    data = test_data if isinstance(test_data, dict) else model.prepare_data(test_data)
+    test_model = model.with_data(data["x"])
     local_names = tuple(model.local_latent_names)
     global_names = tuple(model.global_latent_names)
     local_families = {
@@ -330,22 +365,23 @@ def heldout_loglik(
     refit_key, eval_key = jax.random.split(rng_key)
     local_params, refit_elbo = refit_local(
         refit_key,
-        test_model.logdensity_fn,
+        model.logdensity_fn,
         local_families,
         global_families,
         global_params,
         estimator,
         num_steps=refit_steps,
         step_size=step_size,
-        local_logdensity_fn=test_model.local_logdensity_fn,
+        local_logdensity_fn=model.local_logdensity_fn,
+        data=data,
     )
-    x = jnp.asarray(test_model.data)
     result = predictive_loglik(
         eval_key,
-        lambda latents: model.observation_loglik(latents, x),
+        model.observation_loglik,
         {**global_families, **local_families},
         {**global_params, **local_params},
         num_samples,
+        data=data,
     )
     return result._replace(refit_elbo=refit_elbo)
 
@@ -375,10 +411,16 @@ def heldout_perplexity(rng_key, model, families, params, heldout_counts, num_sam
     """
     counts = jnp.asarray(heldout_counts, jnp.float32)
 
-    def one(key):
-        return perplexity_from_rates(model.mean_observation(sample_latents(key, families, params)), counts)
+    @jax.jit
+    def run(keys, params, counts):
+        def one(key):
+            return perplexity_from_rates(
+                model.mean_observation(sample_latents(key, families, params)), counts
+            )
 
-    return np.asarray(jax.lax.map(one, jax.random.split(rng_key, num_samples)))
+        return jax.lax.map(one, keys)
+
+    return np.asarray(run(jax.random.split(rng_key, num_samples), params, counts))
 
 
 def best_final_elbo(elbo, fraction: float = 0.1) -> float:

@@ -400,12 +400,14 @@ def fit_run(
         settings = AdaptiveSettings(**({"tolerance": config.tolerance} if config.tolerance else {}))
         if config.num_steps is None and config.time_budget is None:
             config = dataclasses.replace(config, num_steps=DEFAULT_MAX_STEPS)
-        candidates = adaptive_candidates(jax.random.key(config.seed), target, estimator, settings)
+        candidates = adaptive_candidates(
+            jax.random.key(config.seed), target, estimator, settings, data=model.data
+        )
         state = candidates[0].state
     else:
         optimizer = advi_stepsize(config.step_size)
         state = init(jax.random.key(config.seed), target, optimizer)
-        _check_target(target, state.params)
+        _check_target(target, state.params, model.data)
 
     trace = TraceRecorder()
     wall_time = 0.0
@@ -465,25 +467,29 @@ def fit_run(
         num = config.elbo_samples
 
         @jax.jit
-        def elbo_fn(iterations, params_per_iteration):
+        def elbo_program(iterations, params_per_iteration, data):
             def one(args):
                 iteration, params = args
-                return evaluation.elbo_estimate(jax.random.fold_in(eval_key, iteration), params, target, num)
+                key = jax.random.fold_in(eval_key, iteration)
+                return evaluation.elbo_estimate(key, params, target, num, data)
 
             return jax.lax.map(one, (jnp.asarray(iterations, jnp.int32), params_per_iteration))
+
+        def elbo_fn(iterations, params_per_iteration):
+            return elbo_program(iterations, params_per_iteration, model.data)
 
     chunk_eval_fn = None
     if dataset.heldout_entries:
         heldout = jnp.asarray(dataset.test, jnp.float32)
 
         @jax.jit
-        def perplexity_one(params, iteration):
+        def perplexity_one(params, iteration, heldout):
             key = jax.random.fold_in(jax.random.fold_in(eval_key, 7), iteration)
             latents = evaluation.sample_latents(key, target.families, params)
             return evaluation.perplexity_from_rates(model.mean_observation(latents), heldout)
 
         def chunk_eval_fn(current):
-            return {"perplexity": perplexity_one(current.params, current.iteration)}
+            return {"perplexity": perplexity_one(current.params, current.iteration, heldout)}
 
     def checkpoint_fn(current, current_trace, current_wall_time):
         directory.save_checkpoint(current, current_trace, identity, {"wall_time": current_wall_time})
@@ -530,6 +536,7 @@ def fit_run(
             checkpoint_fn,
             quiet,
             dataset,
+            model.data,
         )
     arrays = result.trace.as_arrays()
     elbo = arrays.get("elbo", np.zeros(0))
@@ -588,6 +595,7 @@ def _train_fixed(
     checkpoint_fn,
     quiet,
     dataset,
+    data,
 ):
     """The paper's schedule (Eq. 9 with ``config.step_size``) for ``config``'s caps."""
     return train(
@@ -608,6 +616,7 @@ def _train_fixed(
         checkpoint_seconds=config.checkpoint_seconds,
         progress=not quiet,
         description=f"{config.estimator} {dataset.name}",
+        data=data,
     )
 
 
@@ -630,13 +639,10 @@ def _evaluate(config, dataset, model, estimator, families, params, directory) ->
     start = time.perf_counter()
     if dataset.heldout_entries:
         # Held-out entries of the training rows: no refit.
-        x = jnp.asarray(dataset.test, jnp.float32)
+        heldout = model.prepare_data(dataset.test)
+        x = heldout["x"]
         loglik = evaluation.predictive_loglik(
-            test_key,
-            lambda latents: model.observation_loglik(latents, x),
-            families,
-            params,
-            config.eval_samples,
+            test_key, model.observation_loglik, families, params, config.eval_samples, data=heldout
         )
         perplexities = evaluation.heldout_perplexity(
             perplexity_key, model, families, params, x, config.eval_samples

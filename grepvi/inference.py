@@ -19,7 +19,7 @@ import optax
 from grepvi.adaptive import AdaptiveSettings, Candidate, Convergence, run_adaptive
 from grepvi.adaptive import set_step_size as _set_step_size
 from grepvi.errors import ConfigError, ModelError, NonFiniteStepWarning, NotConvergedWarning, NumericalError
-from grepvi.estimators.base import Estimator, Target, get_estimator
+from grepvi.estimators.base import Estimator, Target, bind_data, get_estimator
 from grepvi.families.base import Family, Posterior
 from grepvi.natural_gradient import natural_gradient, positive_in_log_scale
 from grepvi.optim import advi_stepsize
@@ -96,8 +96,11 @@ class FitResult(NamedTuple):
         return bool(self.convergence is not None and self.convergence.converged)
 
 
-def make_target(logdensity_fn, latents, local_logdensity_fn=None) -> Target:
-    """Validates the latents dict and bundles it with the model into a :class:`Target`."""
+def make_target(logdensity_fn, latents, local_logdensity_fn=None, takes_data: bool = False) -> Target:
+    """Validates the latents dict and bundles it with the model into a :class:`Target`.
+
+    ``takes_data``: the functions are ``(latents, data)`` (the data goes to each step as an
+    argument)."""
     if not callable(logdensity_fn):
         raise ModelError(f"logdensity_fn must be callable, got {type(logdensity_fn).__name__}")
     if not isinstance(latents, dict) or not latents:
@@ -110,11 +113,12 @@ def make_target(logdensity_fn, latents, local_logdensity_fn=None) -> Target:
             raise ModelError(
                 f"latent {name!r}: expected a grepvi family (Gamma, Beta, ...), got {type(family).__name__}"
             )
-    return Target(logdensity_fn, dict(latents), local_logdensity_fn)
+    return Target(logdensity_fn, dict(latents), local_logdensity_fn, takes_data)
 
 
-def _check_target(target: Target, params: dict) -> None:
+def _check_target(target: Target, params: dict, data=None) -> None:
     """Evaluates the model once at the families' means; raises a clear ModelError if not fit."""
+    target = bind_data(target, data)
     point = {name: family.mean(params[name]) for name, family in target.families.items()}
     shapes = {name: family.shape for name, family in target.families.items()}
     try:
@@ -195,13 +199,19 @@ def materialize_gradient(grad, predicate):
     )
 
 
-def step(state: VIState, target: Target, estimator: Estimator, optimizer) -> tuple[VIState, StepInfo]:
+def step(
+    state: VIState, target: Target, estimator: Estimator, optimizer, data=None
+) -> tuple[VIState, StepInfo]:
     """One iteration of Algorithm 1: estimate, guard, update.
+
+    ``data``: the data pytree of a target with ``takes_data`` (an argument of the compiled
+    program, never a constant of it).
 
     A gradient with any non-finite component is not applied (the parameters and optimizer
     state stay as they were); ``StepInfo.nonfinite_latents`` says which latent had it, and
     ``VIState.num_skipped`` counts such steps.
     """
+    target = bind_data(target, data)
     rng_key, key = jax.random.split(state.rng_key)
     grad, info = estimator.estimate(key, state.params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
@@ -288,22 +298,17 @@ def run_chunks(
     num_steps: int,
     chunk_size: int,
     callback: Callable | None = None,
+    data=None,
 ):
     """Runs ``num_steps`` steps as jitted ``lax.scan`` chunks; yields after every chunk.
 
     Returns the final state and per-iteration arrays (elbo, wall time, extras).
     """
-
-    def scan_body(carry, _):
-        return step(carry, target, estimator, optimizer)
-
-    @jax.jit
-    def run_chunk(carry):
-        return jax.lax.scan(scan_body, carry, None, length=chunk_size)
-
-    @jax.jit
-    def run_one(carry):
-        return jax.lax.scan(scan_body, carry, None, length=1)
+    scan_body = lambda data: lambda carry, _: step(carry, target, estimator, optimizer, data)
+    chunk = jax.jit(lambda carry, data: jax.lax.scan(scan_body(data), carry, None, length=chunk_size))
+    one = jax.jit(lambda carry, data: jax.lax.scan(scan_body(data), carry, None, length=1))
+    run_chunk = lambda carry: chunk(carry, data)
+    run_one = lambda carry: one(carry, data)
 
     elbos, times, extras = [], [], {}
     names = sorted(target.families)
@@ -348,8 +353,11 @@ def run_chunks(
     return state, trace
 
 
-def make_window(target: Target, estimator: Estimator, optimizer, length: int):
+def make_window(target: Target, estimator: Estimator, optimizer, length: int, data=None):
     """A jitted ``(state, active) -> (state, mean of the iterates, outputs)`` over ``length`` steps.
+
+    ``data`` is passed to the compiled window as an argument at every call (it is not a
+    constant of the program); ``window.compiled(state, data, active)`` is the program.
 
     Only the first ``active`` steps (a traced integer, default all) are applied, so a run can
     end exactly at its cap without compiling a shorter window. ``outputs`` holds the
@@ -359,13 +367,13 @@ def make_window(target: Target, estimator: Estimator, optimizer, length: int):
     """
 
     def body(carry, index):
-        state, total, active = carry
-        new_state, info = step(state, target, estimator, optimizer)
+        state, total, active, data = carry
+        new_state, info = step(state, target, estimator, optimizer, data)
         keep = index < active
         state = jax.tree_util.tree_map(lambda new, old: jnp.where(keep, new, old), new_state, state)
         total = jax.tree_util.tree_map(lambda t, p: t + jnp.where(keep, p, 0.0), total, state.params)
         extras = {key: value for key, value in info.extras.items() if jnp.ndim(value) == 0}
-        return (state, total, active), {
+        return (state, total, active, data), {
             "elbo": info.elbo,
             "finite": info.finite,
             "nonfinite_latents": info.nonfinite_latents,
@@ -373,14 +381,18 @@ def make_window(target: Target, estimator: Estimator, optimizer, length: int):
         }
 
     @jax.jit
-    def window(state, active=length):
+    def compiled(state, data, active):
         active = jnp.asarray(active, jnp.int32)
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-        (state, total, _), outputs = jax.lax.scan(body, (state, zeros, active), jnp.arange(length))
+        (state, total, _, _), outputs = jax.lax.scan(body, (state, zeros, active, data), jnp.arange(length))
         mean = jax.tree_util.tree_map(lambda t: t / jnp.maximum(active, 1).astype(t.dtype), total)
         return state, mean, {**outputs, "active": active}
 
+    def window(state, active=length):
+        return compiled(state, data, active)
+
     window.length = length
+    window.compiled = compiled
     return window
 
 
@@ -407,7 +419,7 @@ ADAM_TRIAL_FACTORS = (1.0, 10.0, 0.1)  # Adam's learning rates in the trial, tim
 
 
 def adaptive_candidates(
-    rng_key, target: Target, estimator: Estimator, settings: AdaptiveSettings, init_params=None
+    rng_key, target: Target, estimator: Estimator, settings: AdaptiveSettings, init_params=None, data=None
 ) -> list[Candidate]:
     """The update rules the default procedure tries, each from the same initial state.
 
@@ -446,10 +458,10 @@ def adaptive_candidates(
     for label, optimizer, step_size in rules:
         state = init(rng_key, target, optimizer, init_params)
         if id(optimizer) not in windows:  # one compilation per update rule, whatever its step size
-            windows[id(optimizer)] = make_window(target, stepper, optimizer, settings.window)
+            windows[id(optimizer)] = make_window(target, stepper, optimizer, settings.window, data)
         state = _set_step_size(state, step_size)
         candidates.append(Candidate(label, state, windows[id(optimizer)], step_size))
-    _check_target(target, candidates[0].state.params)
+    _check_target(target, candidates[0].state.params, data)
     return candidates
 
 
@@ -466,6 +478,7 @@ def fit(
     seed: int = 0,
     num_samples: int | None = None,
     local_logdensity_fn: Callable[[dict], dict] | None = None,
+    data=None,
     init_params: dict | None = None,
     estimator_options: dict | None = None,
     settings: AdaptiveSettings | None = None,
@@ -482,7 +495,8 @@ def fit(
     paper's experiments; with ``optimizer`` that optax optimizer does.
 
     Args:
-      logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays (data bound).
+      logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays, or of
+        ``(latents, data)`` when ``data`` is given (a model's ``logdensity_fn``).
       latents: each latent's name mapped to its family, e.g.
         ``{"rate": grepvi.Gamma(shape=(3,))}``.
       estimator: a registered name (``grepvi.estimator_names()``) or an ``Estimator``.
@@ -496,6 +510,10 @@ def fit(
       seed: random seed; the same seed gives the same result on the same machine.
       num_samples: Monte Carlo samples per gradient (estimator option).
       local_logdensity_fn: per-element local log joints (Markov blankets), see ``Target``.
+      data: a pytree of arrays passed to ``logdensity_fn(latents, data)`` (and to
+        ``local_logdensity_fn``); an argument of the compiled steps, never a constant of
+        them (large data sets compile as fast as small ones). ``None``: the functions take
+        the latents only.
       init_params: unconstrained starting parameters (else each family's ``init_params``).
       estimator_options: further options of the estimator.
       settings: all knobs of the default procedure (:class:`grepvi.adaptive.AdaptiveSettings`).
@@ -530,11 +548,13 @@ def fit(
     if num_samples is not None:
         options["num_samples"] = num_samples
     estimator = get_estimator(estimator, **options)
-    target = make_target(logdensity_fn, latents, local_logdensity_fn)
+    target = make_target(logdensity_fn, latents, local_logdensity_fn, takes_data=data is not None)
     target = target._replace(families=estimator.adapt_families(target.families))
+    if data is not None:
+        data = jax.tree_util.tree_map(jnp.asarray, data)
     if fixed:
         return _fit_fixed(
-            target, estimator, optimizer, step_size, num_steps, seed, init_params, chunk_size, progress
+            target, estimator, optimizer, step_size, num_steps, seed, init_params, chunk_size, progress, data
         )
 
     settings = (
@@ -546,7 +566,7 @@ def fit(
         .validated()
     )
     max_steps = int(num_steps) if num_steps is not None else (None if time_budget else DEFAULT_MAX_STEPS)
-    candidates = adaptive_candidates(jax.random.key(seed), target, estimator, settings, init_params)
+    candidates = adaptive_candidates(jax.random.key(seed), target, estimator, settings, init_params, data)
 
     show = progress if progress is not None else True
     bar = None
@@ -646,12 +666,14 @@ def _result(target, estimator, state, params, trace, convergence):
     )
 
 
-def _fit_fixed(target, estimator, optimizer, step_size, num_steps, seed, init_params, chunk_size, progress):
+def _fit_fixed(
+    target, estimator, optimizer, step_size, num_steps, seed, init_params, chunk_size, progress, data
+):
     """A fixed schedule: ``optimizer`` (or Eq. 9 with ``eta = step_size``) for ``num_steps``."""
     num_steps = 1000 if num_steps is None else int(num_steps)
     optimizer = _resolve_optimizer(optimizer, step_size)
     state = init(jax.random.key(seed), target, optimizer, init_params)
-    _check_target(target, state.params)
+    _check_target(target, state.params, data)
 
     chunk_size = int(chunk_size or min(100, num_steps))
     show = progress if progress is not None else num_steps >= 1000
@@ -667,7 +689,7 @@ def _fit_fixed(target, estimator, optimizer, step_size, num_steps, seed, init_pa
             bar.set_postfix(elbo=f"{np.mean(elbos[-chunk_size:]):.4g}")
 
     try:
-        state, trace = run_chunks(state, target, estimator, optimizer, num_steps, chunk_size, callback)
+        state, trace = run_chunks(state, target, estimator, optimizer, num_steps, chunk_size, callback, data)
     finally:
         if bar is not None:
             bar.close()

@@ -15,12 +15,9 @@ local parameters are updated with their own exact gradient (the batch gradient d
 the gathered rows of the locals: per-element statistics (ADVI's ``s``) are gathered and
 scattered with the rows, counters (ADVI's iteration count) are shared.
 
-The models bind their data as constants of the log joint. :func:`minibatch_problem` builds
-the model once on the full data and once on ``B`` rows (``Model.with_data``), traces both
-(``jax.make_jaxpr`` of the factors) and checks that every constant of the batch trace is
-either the same as the full one or its first ``B`` rows (the data, and anything computed row
-by row from it, like ``log x!``); in a step the latter are gathered at the batch's rows.
-One compilation serves every batch.
+The model's data is an argument (:mod:`grepvi.models.model`): a step gathers the batch's
+rows of every data array whose first axis is ``n`` (:func:`batch_data`) and evaluates the
+model's factors on them, so nothing is traced twice and one compilation serves every batch.
 
 Example::
 
@@ -31,8 +28,9 @@ Example::
     >>> problem = minibatch.minibatch_problem(beta_gamma_mf(data, 2), batch_size=4)
     >>> optimizer = grepvi.optim.advi_stepsize(0.1)
     >>> state = minibatch.init(jax.random.key(0), problem, optimizer)
-    >>> step = jax.jit(lambda s: minibatch.step(s, problem, grepvi.get_estimator("grep"), optimizer))
-    >>> state, info = step(state)
+    >>> estimator = grepvi.get_estimator("grep")
+    >>> step = jax.jit(lambda s, data: minibatch.step(s, problem, estimator, optimizer, data))
+    >>> state, info = step(state, problem.data)
     >>> info.indices.shape
     (4,)
 """
@@ -45,12 +43,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from grepvi.errors import ConfigError, ModelError
-from grepvi.estimators.base import Estimator, Target
+from grepvi.estimators.base import Estimator, Target, bind_data
 from grepvi.inference import materialize_gradient
+from grepvi.models.model import OBSERVATION_AXIS
 
 __all__ = [
     "MinibatchProblem",
@@ -58,39 +56,40 @@ __all__ = [
     "MinibatchInfo",
     "minibatch_problem",
     "batch_target",
+    "batch_data",
     "batch_params",
     "init",
     "step",
     "minibatch_fit_steps",
 ]
 
-OBSERVATION_AXIS = "n"
-
 
 class MinibatchProblem(NamedTuple):
-    """A model split into a batch log joint and its full-size variational families.
+    """A model's log joint with its full-size variational families, for batches of rows.
 
     Attributes:
-      factor_values_fn: ``(latents over the batch, row indices) -> {factor: values}``.
+      factor_values_fn: ``(latents over the batch, batch data) -> {factor: values}``.
       families: the full-size family of every latent (locals have ``N`` rows).
       local_latent_names, global_latent_names: latents with and without the axis ``n``.
       factor_axes: each factor's named axes.
       dependencies: the latents each factor reads.
       local_axes: each latent's batch axes.
-      axis_sizes: axis sizes over the batch (``n`` is ``B``).
+      data_axes: each data array's axes (rows are gathered from those whose first is ``n``).
       num_observations, batch_size: ``N`` and ``B``.
+      data: the model's full data pytree (pass it to :func:`step`).
     """
 
-    factor_values_fn: Callable[[dict, jax.Array], dict]
+    factor_values_fn: Callable[[dict, dict], dict]
     families: dict
     local_latent_names: tuple[str, ...]
     global_latent_names: tuple[str, ...]
     factor_axes: dict[str, tuple[str, ...]]
     dependencies: dict[str, tuple[str, ...]]
     local_axes: dict[str, tuple[str, ...]]
-    axis_sizes: dict[str, int]
+    data_axes: dict[str, tuple[str, ...]]
     num_observations: int
     batch_size: int
+    data: Any = None
 
     @property
     def scale(self) -> float:
@@ -117,10 +116,9 @@ def minibatch_problem(model, batch_size: int, families: dict | None = None) -> M
 
     Raises:
       ConfigError: ``batch_size`` not in ``1..N``.
-      ModelError: a constant of the model's log joint that is neither shared by all batches
-        nor computed row by row from the data.
+      ModelError: a local latent or a data array whose observation axis is not its first.
     """
-    num_observations = int(model.data.shape[0])
+    num_observations = model.num_observations
     if (
         isinstance(batch_size, bool)
         or int(batch_size) != batch_size
@@ -137,63 +135,30 @@ def minibatch_problem(model, batch_size: int, families: dict | None = None) -> M
             raise ModelError(
                 f"latent {name!r}: the observation axis must come first, got {joint.latent_axes[name]}"
             )
-
-    def placeholders(rows):
-        return {
-            name: jax.ShapeDtypeStruct(
-                tuple(rows if axis == OBSERVATION_AXIS else joint.axis_sizes[axis] for axis in axes),
-                jnp.float32,
-            )
-            for name, axes in joint.latent_axes.items()
-        }
-
-    batch_model = model.with_data(np.asarray(model.data)[:batch_size])
-    full_trace = jax.make_jaxpr(joint.factor_values_fn)(placeholders(num_observations))
-    batch_trace, out_shape = jax.make_jaxpr(batch_model.joint.factor_values_fn, return_shape=True)(
-        placeholders(batch_size)
-    )
-    if len(full_trace.consts) != len(batch_trace.consts):
-        raise ModelError("the model's log joint has a different structure on a batch of rows")
-    shared, per_row = [], {}
-    for index, (full, batch) in enumerate(zip(full_trace.consts, batch_trace.consts, strict=True)):
-        full, batch = np.asarray(full), np.asarray(batch)
-        if full.shape == batch.shape and np.array_equal(full, batch, equal_nan=True):
-            shared.append(batch)
-        elif (
-            full.ndim >= 1
-            and full.shape == (num_observations,) + batch.shape[1:]
-            and batch.shape[:1] == (batch_size,)
-            and np.array_equal(full[:batch_size], batch, equal_nan=True)
-        ):
-            shared.append(None)
-            per_row[index] = jnp.asarray(full)
-        else:
-            raise ModelError(
-                f"a constant of shape {full.shape} in the model's log joint is neither shared by all "
-                "batches nor computed row by row from the data; minibatches cannot be formed"
-            )
-    out_tree = jax.tree_util.tree_structure(out_shape)
-    jaxpr = batch_trace.jaxpr
-
-    def factor_values_fn(latents, indices):
-        consts = [per_row[i][indices] if value is None else value for i, value in enumerate(shared)]
-        leaves = jax.tree_util.tree_leaves({name: latents[name] for name in joint.latent_axes})
-        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts, *leaves))
-
-    axis_sizes = dict(joint.axis_sizes)
-    axis_sizes[OBSERVATION_AXIS] = batch_size
+    for name, axes in joint.data_axes.items():
+        if OBSERVATION_AXIS in axes and axes[0] != OBSERVATION_AXIS:
+            raise ModelError(f"data {name!r}: the observation axis must come first, got {axes}")
     return MinibatchProblem(
-        factor_values_fn=factor_values_fn,
+        factor_values_fn=joint.factor_values_fn,
         families=families,
         local_latent_names=local_names,
         global_latent_names=global_names,
         factor_axes={factor.name: tuple(factor.axes) for factor in joint.factors},
         dependencies=dict(joint.dependencies),
         local_axes=dict(joint.local_axes),
-        axis_sizes=axis_sizes,
+        data_axes=dict(joint.data_axes),
         num_observations=num_observations,
         batch_size=batch_size,
+        data=model.data,
     )
+
+
+def batch_data(problem: MinibatchProblem, data: dict, indices) -> dict:
+    """Rows ``indices`` of every data array whose first axis is ``n``; the others as they are."""
+    return {
+        name: value[indices] if problem.data_axes.get(name, ())[:1] == (OBSERVATION_AXIS,) else value
+        for name, value in data.items()
+    }
 
 
 class _ScaledEntropy:
@@ -223,45 +188,50 @@ def _batch_families(problem: MinibatchProblem, families: dict) -> dict:
     return out
 
 
-def _to_local(values, factor_axes, local_axes, axis_sizes):
+def _to_local(values, factor_axes, local_axes, shape):
     """A factor's values summed over the axes a latent lacks, laid out on its local axes."""
     sum_axes = tuple(i for i, axis in enumerate(factor_axes) if axis not in local_axes)
     kept = [axis for axis in factor_axes if axis in local_axes]
     reduced = jnp.sum(values, axis=sum_axes) if sum_axes else values
     reduced = jnp.transpose(reduced, [kept.index(axis) for axis in local_axes if axis in kept])
-    shape = tuple(axis_sizes[axis] if axis in kept else 1 for axis in local_axes)
-    return jnp.broadcast_to(reduced.reshape(shape), tuple(axis_sizes[axis] for axis in local_axes))
+    missing = tuple(i for i, axis in enumerate(local_axes) if axis not in kept)
+    return jnp.broadcast_to(jnp.expand_dims(reduced, missing) if missing else reduced, shape)
 
 
-def batch_target(problem: MinibatchProblem, indices, families: dict | None = None) -> Target:
-    """The :class:`~grepvi.Target` of the batch ``indices`` (per-observation terms scaled by N/B)."""
+def batch_target(problem: MinibatchProblem, indices=None, families: dict | None = None) -> Target:
+    """The :class:`~grepvi.Target` of a batch (per-observation terms scaled by N/B).
+
+    Its functions take ``(latents over the batch, batch data)``: pass
+    :func:`batch_data` of the rows (``indices`` is not needed and kept for compatibility)."""
+    del indices
     families = problem.families if families is None else families
     scale = problem.scale
 
-    def scaled_factors(latents):
-        values = problem.factor_values_fn(latents, indices)
+    def scaled_factors(latents, data):
+        values = problem.factor_values_fn(latents, data)
         return {
             name: value * scale if OBSERVATION_AXIS in problem.factor_axes[name] else value
             for name, value in values.items()
         }
 
-    def logdensity_fn(latents):
-        return sum(jnp.sum(value) for value in scaled_factors(latents).values())
+    def logdensity_fn(latents, data):
+        return sum(jnp.sum(value) for value in scaled_factors(latents, data).values())
 
-    def local_logdensity_fn(latents):
-        values = scaled_factors(latents)
+    def local_logdensity_fn(latents, data):
+        values = scaled_factors(latents, data)
         out = {}
         for name in families:
             axes = problem.local_axes[name]
+            shape = jnp.shape(latents[name])[: len(axes)]
             terms = [
-                _to_local(value, problem.factor_axes[factor], axes, problem.axis_sizes)
+                _to_local(value, problem.factor_axes[factor], axes, shape)
                 for factor, value in values.items()
                 if name in problem.dependencies[factor]
             ]
             out[name] = sum(terms)
         return out
 
-    return Target(logdensity_fn, _batch_families(problem, families), local_logdensity_fn)
+    return Target(logdensity_fn, _batch_families(problem, families), local_logdensity_fn, takes_data=True)
 
 
 def batch_params(problem: MinibatchProblem, params: dict, indices) -> dict:
@@ -300,18 +270,26 @@ def _all_finite(tree):
 
 
 def step(
-    state: MinibatchState, problem: MinibatchProblem, estimator: Estimator, optimizer, indices=None
+    state: MinibatchState,
+    problem: MinibatchProblem,
+    estimator: Estimator,
+    optimizer,
+    data=None,
+    indices=None,
 ) -> tuple[MinibatchState, MinibatchInfo]:
-    """One minibatch iteration: draw rows, estimate, update the globals and the batch's locals.
+    """One minibatch iteration: draw rows, gather them, estimate, update globals and the batch's locals.
 
-    ``indices`` (``B`` distinct rows) overrides the random batch. A non-finite gradient or
+    ``data``: the full data pytree (``problem.data`` by default; pass it as an argument of the
+    compiled step, or the step embeds it). ``indices`` (``B`` distinct rows) overrides the
+    random batch. A non-finite gradient or
     update is skipped, as in :func:`grepvi.inference.step`. For an estimator with its own
     families (ADVI), build the problem with ``families=estimator.adapt_families(...)``.
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
     if indices is None:
         indices = jax.random.choice(key_batch, problem.num_observations, (problem.batch_size,), replace=False)
-    target = batch_target(problem, indices)
+    data = problem.data if data is None else data
+    target = bind_data(batch_target(problem), batch_data(problem, data, indices))
     params = batch_params(problem, state.params, indices)
     grad, info = estimator.estimate(key_estimate, params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
@@ -368,15 +346,16 @@ def minibatch_fit_steps(builder, data, hyperparameters, batch_size, num_steps, s
     problem = minibatch_problem(model, batch_size, estimator.adapt_families(model.latents()))
     optimizer = advi_stepsize(0.1)
     state = init(jax.random.key(seed), problem, optimizer)
-    jitted = jax.jit(lambda s: step(s, problem, estimator, optimizer), donate_argnums=0)
+    jitted = jax.jit(lambda s, data: step(s, problem, estimator, optimizer, data), donate_argnums=0)
+    data = problem.data
     start = time.perf_counter()
-    state, info = jitted(state)
+    state, info = jitted(state, data)
     jax.block_until_ready(info.elbo)
     compile_seconds = time.perf_counter() - start
     seconds = []
     for _ in range(num_steps):
         start = time.perf_counter()
-        state, info = jitted(state)
+        state, info = jitted(state, data)
         jax.block_until_ready(info.elbo)
         seconds.append(time.perf_counter() - start)
     if not math.isfinite(float(info.elbo)):

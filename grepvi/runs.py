@@ -516,6 +516,7 @@ def train(
     checkpoint_seconds: float = 0.0,
     progress: bool = True,
     description: str = "fit",
+    data=None,
 ) -> TrainResult:
     """Runs steps in chunks of ``chunk_size`` until ``num_steps`` or ``time_budget`` (seconds of
     training wall time) is reached, or SIGINT.
@@ -537,6 +538,8 @@ def train(
       checkpoint_fn: ``(state, trace, wall_time)`` writes a checkpoint; called every
         ``checkpoint_every`` iterations and every ``checkpoint_seconds`` seconds (both at chunk
         boundaries), and when interrupted.
+      data: the data pytree of a target with ``takes_data`` (an argument of the compiled
+        chunks).
     """
     if num_steps is None and time_budget is None:
         raise ConfigError("give a number of steps (--num-steps) or a time budget (--time-budget)")
@@ -546,8 +549,8 @@ def train(
         )
     keep_params = elbo_fn is not None and elbo_every == 1
 
-    def body(carry, _):
-        new_state, info = step(carry, target, estimator, optimizer)
+    def body(carry, data):
+        new_state, info = step(carry, target, estimator, optimizer, data)
         outputs = {"elbo": info.elbo, "finite": info.finite, "nonfinite_latents": info.nonfinite_latents}
         outputs.update({key: value for key, value in info.extras.items() if jnp.ndim(value) == 0})
         if keep_params:
@@ -559,7 +562,11 @@ def train(
     def chunk_fn(length):
         if length not in compiled:
             compiled[length] = (
-                jax.jit(lambda carry: jax.lax.scan(body, carry, None, length=length)).lower(state).compile()
+                jax.jit(
+                    lambda carry, data: jax.lax.scan(lambda c, _: body(c, data), carry, None, length=length)
+                )
+                .lower(state, data)
+                .compile()
             )
         return compiled[length]
 
@@ -598,7 +605,7 @@ def train(
                 run = chunk_fn(length)  # compiled outside the timed region
                 before = state
                 start = time.perf_counter()
-                new_state, outputs = run(state)
+                new_state, outputs = run(state, data)
                 jax.block_until_ready(new_state)
                 elapsed = time.perf_counter() - start
                 state = new_state

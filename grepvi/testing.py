@@ -9,6 +9,7 @@ exact posterior parameters, and ``exact_elbo(params)``: the ELBO in closed form 
 joint under ``q`` plus entropy), whose ``jax.grad`` is the exact gradient.
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -30,6 +31,8 @@ __all__ = [
     "GradientCheck",
     "gradient_draws",
     "check_unbiased",
+    "LocalCheck",
+    "check_local_log_joints",
 ]
 
 
@@ -235,19 +238,23 @@ def _flatten(tree):
     return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(tree)])
 
 
-def gradient_draws(estimator, target, params, rng_key, num_draws: int, batch_size: int = 10_000):
-    """``num_draws`` independent one-call gradient estimates, flattened, float64 (draws x dims)."""
+def gradient_draws(estimator, target, params, rng_key, num_draws: int, batch_size: int = 10_000, data=None):
+    """``num_draws`` independent one-call gradient estimates, flattened, float64 (draws x dims).
+
+    ``data``: the data pytree of a target with ``takes_data`` (e.g. ``model.target()``)."""
+    from grepvi.estimators.base import bind_data
 
     @jax.jit
-    def batch(keys):
-        grads, _ = jax.vmap(estimator.estimate, in_axes=(0, None, None))(keys, params, target)
+    def batch(keys, params, data):
+        bound = bind_data(target, data)
+        grads, _ = jax.vmap(estimator.estimate, in_axes=(0, None, None))(keys, params, bound)
         leaves = jax.tree_util.tree_leaves(grads)
         return jnp.concatenate([leaf.reshape(leaf.shape[0], -1) for leaf in leaves], axis=1)
 
     out = []
     keys = jax.random.split(rng_key, num_draws)
     for start in range(0, num_draws, batch_size):
-        out.append(np.asarray(batch(keys[start : start + batch_size]), np.float64))
+        out.append(np.asarray(batch(keys[start : start + batch_size], params, data), np.float64))
     return np.concatenate(out, 0)
 
 
@@ -262,3 +269,92 @@ def check_unbiased(
     exact = _flatten(jax.grad(model.exact_elbo)(params))
     variance = draws.var(0, ddof=1)
     return GradientCheck(draws.mean(0), np.sqrt(variance / num_draws), exact, variance)
+
+
+# --- the local log joints of a model against their definition (brute force) ---------------
+
+
+class LocalCheck(NamedTuple):
+    """Brute-force check of the local log joints: one row per changed element.
+
+    ``full_difference`` is the change of the whole log joint when one element changes;
+    ``local_difference`` the change of that element's local log joint. They are equal when
+    the local log joint holds every term that depends on the element.
+    """
+
+    latent: tuple[str, ...]
+    index: tuple[tuple[int, ...], ...]
+    full_difference: np.ndarray
+    local_difference: np.ndarray
+    scale: np.ndarray  # magnitude of the terms involved (for a relative tolerance)
+
+    def max_relative_error(self) -> float:
+        error = np.abs(self.full_difference - self.local_difference)
+        return float(np.max(error / np.maximum(self.scale, 1.0)))
+
+
+def check_local_log_joints(
+    logdensity_fn: Callable[[dict], jax.Array],
+    local_logdensity_fn: Callable[[dict], dict],
+    latents: dict,
+    seed: int = 0,
+    num_elements: int = 4,
+    local_shapes: dict | None = None,
+) -> LocalCheck:
+    """Changes single latent elements and compares the two differences (see :class:`LocalCheck`).
+
+    Each change multiplies the element by a log-normal factor (``sigma = 0.5``), which keeps
+    it positive; for a latent with all values in ``(0, 1)`` a result ``>= 1`` is reflected
+    back into ``(0, 1)``. All changed points are evaluated in one batch (``jax.vmap`` of the
+    jitted functions: two compilations).
+
+    Args:
+      logdensity_fn, local_logdensity_fn: the model.
+      latents: a point in the support (dict of arrays). Use float64 (``jax.enable_x64``) for a
+        tight comparison: the whole log joint is a sum of many terms.
+      seed: picks the elements and their new values.
+      num_elements: elements changed per latent (distinct, at most the latent's size).
+      local_shapes: the local (batch) shape of a latent whose family has event axes
+        (Dirichlet rows): its whole event vector is changed and renormalised to sum to 1.
+    """
+    rng = np.random.default_rng(seed)
+    base = {name: np.asarray(value) for name, value in latents.items()}
+    local_shapes = dict(local_shapes or {})
+    names, indices, points = [], [], []
+    for name in sorted(base):
+        value = base[name]
+        batch_shape = tuple(local_shapes.get(name, value.shape))
+        size = math.prod(batch_shape)
+        for position in rng.choice(size, min(num_elements, size), replace=False):
+            index = tuple(int(i) for i in np.unravel_index(int(position), batch_shape))
+            old = value[index]
+            new = old * np.exp(0.5 * rng.standard_normal(np.shape(old)))
+            if len(batch_shape) < value.ndim:  # an event vector on the simplex
+                new = new / np.sum(new)
+            elif np.all(value < 1.0) and new >= 1.0:
+                new = old * old / new
+            changed = value.copy()
+            changed[index] = new
+            names.append(name)
+            indices.append(index)
+            points.append(changed)
+    batch = {
+        name: np.stack([points[i] if names[i] == name else base[name] for i in range(len(points))])
+        for name in base
+    }
+    batch = jax.tree_util.tree_map(jnp.asarray, batch)
+    point = jax.tree_util.tree_map(jnp.asarray, base)
+    total = jax.jit(logdensity_fn)
+    local = jax.jit(local_logdensity_fn)
+    base_total = np.asarray(total(point), np.float64)
+    base_local = {name: np.asarray(value, np.float64) for name, value in local(point).items()}
+    new_total = np.asarray(jax.vmap(total)(batch), np.float64)
+    new_local = jax.vmap(local)(batch)
+    full, difference, scale = [], [], []
+    for row, (name, index) in enumerate(zip(names, indices, strict=True)):
+        after = float(np.asarray(new_local[name][row])[index])
+        before = float(base_local[name][index])
+        full.append(float(new_total[row] - base_total))
+        difference.append(after - before)
+        scale.append(abs(after) + abs(before))
+    return LocalCheck(tuple(names), tuple(indices), np.array(full), np.array(difference), np.array(scale))

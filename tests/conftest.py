@@ -1,12 +1,15 @@
 """Shared test setup: JAX on the CPU, float32 unless ``GREPVI_TEST_X64=1``, numpy's global seed reset.
 
+``GREPVI_TEST_PLATFORM=gpu pytest`` runs the suite on a GPU (``cuda``/``gpu``, as JAX names
+it in ``JAX_PLATFORMS``); the CPU is the default and CI's platform.
+
 As in numpyro's ``test/conftest.py``: ``GREPVI_TEST_X64=1 pytest`` runs the whole suite with
 ``jax_enable_x64`` on; tests that need float64 locally use ``jax.enable_x64(True)``.
 """
 
 import os
 
-os.environ["JAX_PLATFORMS"] = "cpu"  # before JAX initializes a backend
+os.environ["JAX_PLATFORMS"] = os.environ.get("GREPVI_TEST_PLATFORM", "cpu")  # before JAX starts
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -18,6 +18,7 @@ from grepvi.families.base import Family
 
 __all__ = [
     "Target",
+    "bind_data",
     "EstimateInfo",
     "Estimator",
     "register_estimator",
@@ -34,16 +35,52 @@ class Target(NamedTuple):
     """What the estimators differentiate.
 
     Attributes:
-      logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays (data bound).
+      logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays; with
+        ``takes_data`` a function ``(latents, data)`` of the latents and the data pytree.
       families: the variational family of each latent, keyed like the dict.
-      local_logdensity_fn: optional; maps the latent dict to a dict of per-element local log
-        joints (each latent's Markov blanket, batch shape of its family). Without it every
-        element uses the whole log joint, which is unbiased but noisier.
+      local_logdensity_fn: optional; maps the latent dict (and the data, with ``takes_data``)
+        to a dict of per-element local log joints (each latent's Markov blanket, batch shape
+        of its family). Without it every element uses the whole log joint, which is unbiased
+        but noisier.
+      takes_data: the functions take the data as their second argument. A compiled step
+        then receives the data as an argument (:func:`bind_data` inside the program), so the
+        data is never a constant of the program: the same compiled step serves other data of
+        the same shapes (test rows, minibatches, shards on other devices).
+
+    The estimators see a target whose functions take the latents only (:func:`bind_data`).
     """
 
-    logdensity_fn: Callable[[dict], jax.Array]
+    logdensity_fn: Callable[..., jax.Array]
     families: dict[str, Family]
-    local_logdensity_fn: Callable[[dict], dict] | None = None
+    local_logdensity_fn: Callable[..., dict] | None = None
+    takes_data: bool = False
+    bound_data: Any = None  # the data bound by bind_data (for estimators that wrap others)
+
+
+def bind_data(target: Target, data) -> Target:
+    """The target with ``data`` bound: functions of the latents only, as the estimators expect.
+
+    Call it inside the compiled function that receives ``data`` as an argument (then ``data``
+    is a tracer, not a constant of the program). A target without ``takes_data`` is returned
+    as is (``data`` must then be ``None``).
+    """
+    if not target.takes_data:
+        if data is not None:
+            raise ConfigError(
+                "data: this target's logdensity_fn takes the latents only, found data "
+                f"{type(data).__name__}; build the target with takes_data=True for "
+                "logdensity_fn(latents, data)"
+            )
+        return target
+    if data is None:
+        raise ConfigError("data: this target's logdensity_fn takes (latents, data); found no data")
+    logdensity_fn, local_fn = target.logdensity_fn, target.local_logdensity_fn
+    return Target(
+        lambda latents: logdensity_fn(latents, data),
+        target.families,
+        None if local_fn is None else (lambda latents: local_fn(latents, data)),
+        bound_data=data,
+    )
 
 
 class EstimateInfo(NamedTuple):

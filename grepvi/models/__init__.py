@@ -9,16 +9,8 @@
 """
 
 from grepvi.models.beta_gamma_mf import beta_gamma_mf
-from grepvi.models.factors import (
-    Factor,
-    LocalCheck,
-    LogJoint,
-    Model,
-    check_local_log_joints,
-    gamma_log_density,
-    log_joint,
-    observation_matrix,
-)
+from grepvi.models.factors import Factor, LogJoint, gamma_log_density, log_joint
+from grepvi.models.model import OBSERVATION_AXIS, Model
 from grepvi.models.sparse_gamma_def import sparse_gamma_def
 
 __all__ = [
@@ -26,10 +18,8 @@ __all__ = [
     "LogJoint",
     "log_joint",
     "Model",
-    "LocalCheck",
-    "check_local_log_joints",
+    "OBSERVATION_AXIS",
     "gamma_log_density",
-    "observation_matrix",
     "sparse_gamma_def",
     "beta_gamma_mf",
 ]

@@ -8,7 +8,8 @@ With observations ``n = 1..N``, dimensions ``d = 1..D`` and ``K`` factors::
 
 The paper uses ``K = 100`` (binarized MNIST: 5000 x 784; Omniglot: 4425 x 11025).
 
-Latents and axes: ``z: ("n", "k")`` (local), ``w: ("k", "d")`` (global). Factors:
+Latents and axes: ``z: ("n", "k")`` (local), ``w: ("k", "d")`` (global); data ``x: ("n",
+"d")`` (an argument of every program, see :mod:`grepvi.models.model`). Factors:
 ``likelihood`` over ``("n", "d")`` and ``w_prior`` over ``("k", "d")``; the uniform prior of
 ``z`` is ``log 1 = 0`` and has no factor.
 
@@ -32,9 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi import _math
+from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Beta, Gamma
-from grepvi.models.factors import Factor, Model, gamma_log_density, log_joint, observation_matrix
+from grepvi.models.factors import Factor, gamma_log_density, log_joint
+from grepvi.models.model import Model
 from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION, INIT_NOISE, _positive
 
 __all__ = ["beta_gamma_mf", "bernoulli_log_likelihood", "logit"]
@@ -74,6 +77,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
         {'w': (2, 4), 'z': (4, 2)}
     """
     x = observation_matrix(data, "bernoulli", "data")
+    data = prepare_data(x)
     if isinstance(num_factors, bool) or not isinstance(num_factors, int | np.integer) or num_factors < 1:
         raise ConfigError(f"num_factors: expected a positive integer, found {num_factors!r}")
     hyperparameters = {
@@ -89,10 +93,10 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
     def logits(latents):
         return logit(latents["z"]) @ latents["w"]
 
-    def likelihood(latents):
-        return bernoulli_log_likelihood(x, logits(latents))
+    def likelihood(latents, data):
+        return bernoulli_log_likelihood(data["x"], logits(latents))
 
-    def w_prior(latents):
+    def w_prior(latents, data):
         return gamma_log_density(
             latents["w"], hyperparameters["weight_shape"], hyperparameters["weight_rate"]
         )
@@ -101,6 +105,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
         [Factor("likelihood", ("n", "d"), likelihood), Factor("w_prior", ("k", "d"), w_prior)],
         latent_axes,
         axis_sizes,
+        data_axes={"x": ("n", "d")},
     )
     init_w_mean = float(1.0 / np.sqrt(2.0 * k * np.pi**2 / 3.0))
 
@@ -120,9 +125,8 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
             ),
         }
 
-    def observation_loglik(latent_values, observations):
-        observed = observation_matrix(observations, "bernoulli", "x")
-        return bernoulli_log_likelihood(observed, logits(latent_values))
+    def observation_loglik(latent_values, observed):
+        return bernoulli_log_likelihood(observed["x"], logits(latent_values))
 
     def mean_observation(latent_values):
         return jax.nn.sigmoid(logits(latent_values))
@@ -138,7 +142,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
 
     return Model(
         name="beta_gamma_mf",
-        data=x,
+        data=data,
         joint=joint,
         logdensity_fn=joint.logdensity_fn,
         local_logdensity_fn=joint.local_logdensity_fn,
@@ -149,9 +153,15 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
         observation_loglik=observation_loglik,
         mean_observation=mean_observation,
         sample=sample,
+        prepare_data=prepare_data,
         with_data=with_data,
         hyperparameters=hyperparameters,
     )
+
+
+def prepare_data(x) -> dict:
+    """The data pytree of the beta-gamma MF: the validated binary observations."""
+    return {"x": observation_matrix(x, "bernoulli", "x")}
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))

@@ -18,6 +18,9 @@ Latents and their axes (the factors' named axes give the Markov blankets, see
 
     z1: ("n", "k1")   z2: ("n", "k2") ...   W0: ("k1", "d")   W1: ("k2", "k1") ...
 
+Data (an argument of every program, see :mod:`grepvi.models.model`): ``x: ("n", "d")`` the
+counts and ``log_factorial: ("n", "d")`` their ``log x!``.
+
 Factors: ``likelihood`` over ``("n", "d")``; ``z{l}_prior`` over ``("n", "k{l}")``;
 ``W{l}_prior`` over the axes of ``W{l}``. The log joint is the true one: the Poisson term keeps
 ``-log x!`` (a constant; it also centres the local log joints of ``z1`` and ``W0`` near zero,
@@ -42,9 +45,11 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from grepvi import _math
+from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Gamma
-from grepvi.models.factors import Factor, Model, gamma_log_density, log_joint, observation_matrix
+from grepvi.models.factors import Factor, gamma_log_density, log_joint
+from grepvi.models.model import Model
 
 __all__ = ["sparse_gamma_def", "poisson_log_likelihood", "MAX_SAMPLED_RATE"]
 
@@ -123,6 +128,7 @@ def sparse_gamma_def(
         (('z1', 'z2'), ('W0', 'W1'))
     """
     x = observation_matrix(data, "poisson", "data")
+    data = prepare_data(x)
     sizes_k = _layer_sizes(layer_sizes)
     hyperparameters = {
         "layer_sizes": sizes_k,
@@ -135,7 +141,6 @@ def sparse_gamma_def(
     alpha = hyperparameters["alpha_z"]
     num_layers = len(sizes_k)
     num_observations, num_dimensions = x.shape
-    log_factorial = gammaln(x + 1.0)
 
     z_names = [f"z{l}" for l in range(1, num_layers + 1)]
     w_names = [f"W{l}" for l in range(num_layers)]
@@ -148,11 +153,11 @@ def sparse_gamma_def(
     def rate(latents):
         return latents["z1"] @ latents["W0"]
 
-    def likelihood(latents):
-        return poisson_log_likelihood(x, rate(latents), log_factorial)
+    def likelihood(latents, data):
+        return poisson_log_likelihood(data["x"], rate(latents), data["log_factorial"])
 
     def layer_prior(l):
-        def factor(latents):
+        def factor(latents, data):
             z = latents[f"z{l}"]
             mean = latents[f"z{l + 1}"] @ latents[f"W{l}"]
             log_mean = jnp.log(jnp.maximum(mean, jnp.finfo(mean.dtype).tiny))
@@ -167,13 +172,13 @@ def sparse_gamma_def(
 
         return factor
 
-    def top_prior(latents):
+    def top_prior(latents, data):
         return gamma_log_density(
             latents[f"z{num_layers}"], hyperparameters["top_shape"], hyperparameters["top_rate"]
         )
 
     def weight_prior(name):
-        return lambda latents: gamma_log_density(
+        return lambda latents, data: gamma_log_density(
             latents[name], hyperparameters["weight_shape"], hyperparameters["weight_rate"]
         )
 
@@ -181,7 +186,8 @@ def sparse_gamma_def(
     factors += [Factor(f"z{l}_prior", latent_axes[f"z{l}"], layer_prior(l)) for l in range(1, num_layers)]
     factors.append(Factor(f"z{num_layers}_prior", latent_axes[f"z{num_layers}"], top_prior))
     factors += [Factor(f"{name}_prior", latent_axes[name], weight_prior(name)) for name in w_names]
-    joint = log_joint(factors, latent_axes, axis_sizes)
+    data_axes = {"x": ("n", "d"), "log_factorial": ("n", "d")}
+    joint = log_joint(factors, latent_axes, axis_sizes, data_axes=data_axes)
 
     def latents():
         return {
@@ -194,9 +200,8 @@ def sparse_gamma_def(
             for name in joint.latent_axes
         }
 
-    def observation_loglik(latent_values, observations):
-        observed = observation_matrix(observations, "poisson", "x")
-        return poisson_log_likelihood(observed, rate(latent_values))
+    def observation_loglik(latent_values, observed):
+        return poisson_log_likelihood(observed["x"], rate(latent_values), observed["log_factorial"])
 
     def sample(rng_key, num_observations=None):
         n = num_observations if num_observations is not None else num_observations_default
@@ -209,7 +214,7 @@ def sparse_gamma_def(
 
     return Model(
         name="sparse_gamma_def",
-        data=x,
+        data=data,
         joint=joint,
         logdensity_fn=joint.logdensity_fn,
         local_logdensity_fn=joint.local_logdensity_fn,
@@ -220,9 +225,21 @@ def sparse_gamma_def(
         observation_loglik=observation_loglik,
         mean_observation=rate,
         sample=sample,
+        prepare_data=prepare_data,
         with_data=with_data,
         hyperparameters=hyperparameters,
     )
+
+
+def prepare_data(x) -> dict:
+    """The data pytree of the sparse gamma DEF: validated counts and their ``log x!``."""
+    x = observation_matrix(x, "poisson", "x")
+    return {"x": x, "log_factorial": _log_factorial(x)}
+
+
+@jax.jit
+def _log_factorial(x):
+    return gammaln(x + 1.0)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
