@@ -141,10 +141,11 @@ def _predictive_run(rng_key, params, data, *, loglik_fn, families, num_samples):
 
 
 def _restrict(local_logdensity_fn, names):
+    """The local log joints of ``names`` only (same arguments: latents, and data if any)."""
     if local_logdensity_fn is None:
         return None
-    return lambda latents: {
-        name: value for name, value in local_logdensity_fn(latents).items() if name in names
+    return lambda latents, *data: {
+        name: value for name, value in local_logdensity_fn(latents, *data).items() if name in names
     }
 
 

@@ -84,34 +84,35 @@ def test_predictive_loglik_of_a_point_mass_is_the_plain_loglik():
 
 def _conjugate_model(data, weights, a0=2.0, b0=1.0):
     """x_nd ~ Poisson(z_n w_d), z_n ~ Gamma(a0, b0): with w known, q(z_n) = Gamma(a0 + sum_d x_nd,
-    b0 + sum_d w_d) exactly. A duck-typed ``Model`` with local ``z`` and global ``w``."""
+    b0 + sum_d w_d) exactly. A duck-typed ``Model`` with local ``z`` and global ``w``; its
+    functions take ``(latents, data)`` as a model's do."""
     data = jnp.asarray(data, jnp.float32)
 
-    def local(latents):
+    def loglik(latents, observed):
+        z, w, x = latents["z"], latents["w"], observed["x"]
+        return x * jnp.log(z[:, None] * w[None, :]) - z[:, None] * w[None, :] - gammaln(x + 1.0)
+
+    def local(latents, observed):
         z, w = latents["z"], latents["w"]
-        loglik = data * jnp.log(z[:, None] * w[None, :]) - z[:, None] * w[None, :] - gammaln(data + 1.0)
+        terms = loglik(latents, observed)
         prior_z = (a0 - 1.0) * jnp.log(z) - b0 * z
         prior_w = -w  # Gamma(1, 1)
-        return {"z": prior_z + jnp.sum(loglik, 1), "w": prior_w + jnp.sum(loglik, 0)}
+        return {"z": prior_z + jnp.sum(terms, 1), "w": prior_w + jnp.sum(terms, 0)}
 
-    def logdensity(latents):
+    def logdensity(latents, observed):
         z, w = latents["z"], latents["w"]
-        loglik = data * jnp.log(z[:, None] * w[None, :]) - z[:, None] * w[None, :] - gammaln(data + 1.0)
-        return jnp.sum((a0 - 1.0) * jnp.log(z) - b0 * z) + jnp.sum(-w) + jnp.sum(loglik)
+        return jnp.sum((a0 - 1.0) * jnp.log(z) - b0 * z) + jnp.sum(-w) + jnp.sum(loglik(latents, observed))
 
     n, d = data.shape
     return types.SimpleNamespace(
-        data=data,
+        data={"x": data},
         logdensity_fn=logdensity,
         local_logdensity_fn=local,
         latents=lambda: {"z": Gamma(shape=(n,)), "w": Gamma(shape=(d,))},
         local_latent_names=("z",),
         global_latent_names=("w",),
-        observation_loglik=lambda latents, x: (
-            x * jnp.log(latents["z"][:, None] * latents["w"][None, :])
-            - latents["z"][:, None] * latents["w"][None, :]
-            - gammaln(x + 1.0)
-        ),
+        observation_loglik=loglik,
+        prepare_data=lambda x: {"x": jnp.asarray(x, jnp.float32)},
         with_data=lambda new: _conjugate_model(new, weights, a0, b0),
     )
 

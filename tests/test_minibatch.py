@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import get_estimator
+from grepvi.estimators.base import bind_data, get_estimator
 from grepvi.estimators.grep import grep_surrogate
-from grepvi.minibatch import batch_params, batch_target, init, minibatch_problem, step
+from grepvi.minibatch import batch_data, batch_params, batch_target, init, minibatch_problem, step
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
 from grepvi.optim import advi_stepsize
 
@@ -45,11 +45,12 @@ def test_average_batch_gradient_is_full_gradient(name):
         n: 0.5 * jax.random.normal(jax.random.key(10 + i), f.shape)
         for i, (n, f) in enumerate(sorted(families.items()))
     }
-    full_grad = jax.jit(jax.grad(lambda p: grep_surrogate(p, eps, model.target(families))[0]))(params)
+    full_target = bind_data(model.target(families), model.data)
+    full_grad = jax.jit(jax.grad(lambda p: grep_surrogate(p, eps, full_target)[0]))(params)
 
     @jax.jit
     def batch_grad(indices):
-        target = batch_target(problem, indices)
+        target = bind_data(batch_target(problem), batch_data(problem, model.data, indices))
         batch_eps = {n: e[indices] if n in problem.local_latent_names else e for n, e in eps.items()}
         return jax.grad(lambda p: grep_surrogate(p, batch_eps, target)[0])(
             batch_params(problem, params, indices)
@@ -84,7 +85,9 @@ def test_step_updates_only_the_batch_rows():
     problem = minibatch_problem(sparse_gamma_def(counts, layer_sizes=(2,)), 2)
     optimizer = advi_stepsize(0.1)
     state = init(jax.random.key(0), problem, optimizer)
-    new, info = jax.jit(lambda s: step(s, problem, get_estimator("grep"), optimizer))(state)
+    new, info = jax.jit(lambda s, data: step(s, problem, get_estimator("grep"), optimizer, data))(
+        state, problem.data
+    )
     assert bool(info.finite) and np.isfinite(float(info.elbo))
     rows = set(np.asarray(info.indices).tolist())
     assert len(rows) == 2

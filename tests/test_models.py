@@ -21,11 +21,10 @@ from grepvi.families import Beta, Dirichlet, Gamma
 from grepvi.models import (
     Factor,
     beta_gamma_mf,
-    check_local_log_joints,
     log_joint,
     sparse_gamma_def,
 )
-from grepvi.testing import gradient_draws
+from grepvi.testing import check_local_log_joints, gradient_draws
 
 # Hyperparameters for simulated data: the paper's (shape 0.1 everywhere) give ~96% zeros and
 # a few counts in the thousands at N = 60, D = 40; shape 1 gives counts with signal in every row.
@@ -68,10 +67,8 @@ def test_local_log_joints_match_brute_force(name):
     model = SMALL[name]
     with jax.enable_x64(True):
         point = _random_point(model, 2, jnp.float64)
-        check = check_local_log_joints(
-            model.logdensity_fn, model.local_logdensity_fn, point, seed=3, num_elements=4
-        )
-        shapes = {n: v.shape for n, v in jax.eval_shape(model.local_logdensity_fn, point).items()}
+        check = check_local_log_joints(*model.bound(), point, seed=3, num_elements=4)
+        shapes = {n: v.shape for n, v in jax.eval_shape(model.bound()[1], point).items()}
     assert set(check.latent) == set(model.latent_shapes)
     assert len(check.latent) == 4 * len(model.latent_shapes)
     assert np.all(np.abs(check.full_difference) > 1e-6)  # every change mattered
@@ -113,15 +110,15 @@ def test_paper_log_joint_by_hand():
         "W0": np.array([[0.2, 1.1], [0.9, 0.4]]),
         "W1": np.array([[1.3, 0.6]]),
     }
-    x = np.asarray(model.data)
+    x = np.asarray(model.observations)
     expected = stats.poisson.logpmf(x, z["z1"] @ z["W0"]).sum()
     mean1 = z["z2"] @ z["W1"]
     expected += stats.gamma.logpdf(z["z1"], 0.1, scale=mean1 / 0.1).sum()
     expected += stats.gamma.logpdf(z["z2"], 0.1, scale=1 / 0.1).sum()
     expected += sum(stats.gamma.logpdf(z[w], 0.1, scale=1 / 0.3).sum() for w in ("W0", "W1"))
     with jax.enable_x64(True):
-        value = float(jax.jit(model.logdensity_fn)({k: jnp.asarray(v) for k, v in z.items()}))
-        per_entry = model.observation_loglik({k: jnp.asarray(v) for k, v in z.items()}, x)
+        value = float(jax.jit(model.logdensity_fn)({k: jnp.asarray(v) for k, v in z.items()}, model.data))
+        per_entry = model.observation_loglik({k: jnp.asarray(v) for k, v in z.items()}, model.data)
     np.testing.assert_allclose(value, expected, rtol=1e-6)  # data constants (log x!) are float32
     np.testing.assert_allclose(per_entry, stats.poisson.logpmf(x, z["z1"] @ z["W0"]), rtol=1e-6)
 
@@ -129,10 +126,10 @@ def test_paper_log_joint_by_hand():
     zz = {"z": np.array([[0.2, 0.9]]), "w": np.array([[0.5, 1.5, 0.1], [2.0, 0.3, 0.7]])}
     logits = (np.log(zz["z"] / (1 - zz["z"]))) @ zz["w"]
     p = 1 / (1 + np.exp(-logits))
-    x = np.asarray(mf.data)
+    x = np.asarray(mf.observations)
     expected = stats.bernoulli.logpmf(x, p).sum() + stats.gamma.logpdf(zz["w"], 0.1, scale=1 / 0.3).sum()
     with jax.enable_x64(True):
-        value = float(jax.jit(mf.logdensity_fn)({k: jnp.asarray(v) for k, v in zz.items()}))
+        value = float(jax.jit(mf.logdensity_fn)({k: jnp.asarray(v) for k, v in zz.items()}, mf.data))
         mean = mf.mean_observation({k: jnp.asarray(v) for k, v in zz.items()})
     np.testing.assert_allclose(value, expected, rtol=1e-6)  # data constants (log x!) are float32
     np.testing.assert_allclose(mean, p, rtol=1e-10)
@@ -141,7 +138,7 @@ def test_paper_log_joint_by_hand():
 def test_bernoulli_log_likelihood_is_stable_at_large_logits():
     model = beta_gamma_mf(np.array([[1.0, 0.0]]), num_factors=1)
     z = {"z": jnp.array([[1.0 - 1e-7]]), "w": jnp.array([[1e4, 1e4]])}  # logits ~ 1.6e5
-    per_entry = np.asarray(model.observation_loglik(z, np.array([[1.0, 0.0]])))
+    per_entry = np.asarray(model.observation_loglik(z, model.prepare_data(np.array([[1.0, 0.0]]))))
     assert per_entry[0, 0] == 0.0 and np.isfinite(per_entry[0, 1]) and per_entry[0, 1] < -1e5
 
 
@@ -152,25 +149,36 @@ def _custom_model(broken=False):
     """Poisson factorization with simplex rows and a global scale: ``x_nd ~ Poisson(sum_k
     theta_nk beta_kd)``, ``theta_n ~ Dirichlet(0.5)``, ``beta_kd ~ Gamma(1, scale)``,
     ``scale ~ Exponential(1)``. ``broken`` adds a factor that breaks the axes rule."""
-    counts = jnp.array([[1.0, 0.0, 3.0, 2.0], [2.0, 5.0, 0.0, 1.0], [0.0, 1.0, 1.0, 4.0]])
 
-    def likelihood(z):
+    def likelihood(z, data):
         rate = z["theta"] @ z["beta"]
+        counts = data["x"]
         return counts * jnp.log(rate) - rate - jax.scipy.special.gammaln(counts + 1.0)
 
     factors = [
         Factor("likelihood", ("n", "d"), likelihood),
-        Factor("theta_prior", ("n",), lambda z: jnp.sum(-0.5 * jnp.log(z["theta"]), axis=1)),
-        Factor("beta_prior", ("k", "d"), lambda z: jnp.log(z["scale"]) - z["scale"] * z["beta"]),
-        Factor("scale_prior", (), lambda z: -z["scale"]),
+        Factor("theta_prior", ("n",), lambda z, d: jnp.sum(-0.5 * jnp.log(z["theta"]), axis=1)),
+        Factor("beta_prior", ("k", "d"), lambda z, d: jnp.log(z["scale"]) - z["scale"] * z["beta"]),
+        Factor("scale_prior", (), lambda z, d: -z["scale"]),
     ]
     if broken:  # element n reads row n + 1 of theta: not what the axes say
-        factors.append(Factor("shifted", ("n",), lambda z: jnp.roll(z["theta"][:, 0], 1)))
+        factors.append(Factor("shifted", ("n",), lambda z, d: jnp.roll(z["theta"][:, 0], 1)))
     return log_joint(
         factors,
         latent_axes={"theta": ("n", "k"), "beta": ("k", "d"), "scale": ()},
         axis_sizes={"n": 3, "k": 2, "d": 4},
         event_ndims={"theta": 1},
+        data_axes={"x": ("n", "d")},
+    )
+
+
+CUSTOM_DATA = {"x": jnp.array([[1.0, 0.0, 3.0, 2.0], [2.0, 5.0, 0.0, 1.0], [0.0, 1.0, 1.0, 4.0]])}
+
+
+def _bound(joint):
+    return (
+        lambda z: joint.logdensity_fn(z, CUSTOM_DATA),
+        lambda z: joint.local_logdensity_fn(z, CUSTOM_DATA),
     )
 
 
@@ -192,29 +200,27 @@ def test_custom_model_local_log_joints():
     assert joint.local_axes["theta"] == ("n",)
     with jax.enable_x64(True):
         point = {k: v.astype(jnp.float64) for k, v in _custom_point().items()}
-        local = joint.local_logdensity_fn(point)
+        local = joint.local_logdensity_fn(point, CUSTOM_DATA)
         assert {k: v.shape for k, v in local.items()} == {"theta": (3,), "beta": (2, 4), "scale": ()}
         # scale's local log joint: the whole beta prior plus its own prior.
         expected = jnp.sum(jnp.log(point["scale"]) - point["scale"] * point["beta"]) - point["scale"]
         np.testing.assert_allclose(local["scale"], expected, rtol=1e-12)
         check = check_local_log_joints(
-            joint.logdensity_fn,
-            joint.local_logdensity_fn,
+            *_bound(joint),
             point,
             seed=0,
             num_elements=3,
             local_shapes={"theta": (3,)},
         )
         np.testing.assert_allclose(check.local_difference, check.full_difference, rtol=1e-9, atol=1e-9)
-        total, both = joint.logdensity_and_local_fn(point)
-        np.testing.assert_allclose(total, joint.logdensity_fn(point), rtol=1e-12)
+        total, both = joint.logdensity_and_local_fn(point, CUSTOM_DATA)
+        np.testing.assert_allclose(total, joint.logdensity_fn(point, CUSTOM_DATA), rtol=1e-12)
         for name in local:
             np.testing.assert_allclose(both[name], local[name], rtol=1e-12)
         # A factor that breaks the axes rule is caught by the brute-force check.
         broken = _custom_model(broken=True)
         check = check_local_log_joints(
-            broken.logdensity_fn,
-            broken.local_logdensity_fn,
+            *_bound(broken),
             point,
             seed=0,
             num_elements=3,
@@ -234,6 +240,7 @@ def test_custom_model_fits_with_grepvi():
         num_steps=200,
         step_size=0.5,
         local_logdensity_fn=joint.local_logdensity_fn,
+        data=CUSTOM_DATA,
         progress=False,
     )
     assert np.all(np.isfinite(result.trace.elbo))
@@ -244,37 +251,47 @@ def test_each_factor_evaluated_once_per_call():
     calls = []
 
     def counted(name, fn):
-        def wrapped(z):
+        def wrapped(z, data):
             calls.append(name)
-            return fn(z)
+            return fn(z, data)
 
         return wrapped
 
     joint = _custom_model()
     factors = [item._replace(fn=counted(item.name, item.fn)) for item in joint.factors]
-    joint = log_joint(factors, joint.latent_axes, joint.axis_sizes, {"theta": 1})
+    joint = log_joint(factors, joint.latent_axes, joint.axis_sizes, {"theta": 1}, joint.data_axes)
     names = [item.name for item in factors]
     for fn in (joint.logdensity_fn, joint.local_logdensity_fn, joint.logdensity_and_local_fn):
         calls.clear()
-        jax.jit(fn).lower(_custom_point())
+        jax.jit(fn).lower(_custom_point(), CUSTOM_DATA)
         assert sorted(calls) == sorted(names)
 
 
 @pytest.mark.parametrize(
     "factors, latent_axes, sizes, message",
     [
-        ([Factor("f", ("n",), lambda z: z["a"][:2])], {"a": ("n",)}, {"n": 3}, "expected one array of shape"),
-        ([Factor("f", ("n",), lambda z: z["b"])], {"a": ("n",)}, {"n": 3}, "factor 'f' failed"),
-        ([Factor("f", ("m",), lambda z: z["a"])], {"a": ("n",)}, {"n": 3}, "no size"),
-        ([Factor("f", ("n",), lambda z: z["a"])], {"a": ("n",), "b": ("n",)}, {"n": 3}, "read by no factor"),
         (
-            [Factor("f", ("n",), lambda z: z["a"]), Factor("f", ("n",), lambda z: z["a"])],
+            [Factor("f", ("n",), lambda z, d: z["a"][:2])],
+            {"a": ("n",)},
+            {"n": 3},
+            "expected one array of shape",
+        ),
+        ([Factor("f", ("n",), lambda z, d: z["b"])], {"a": ("n",)}, {"n": 3}, "factor 'f' failed"),
+        ([Factor("f", ("m",), lambda z, d: z["a"])], {"a": ("n",)}, {"n": 3}, "no size"),
+        (
+            [Factor("f", ("n",), lambda z, d: z["a"])],
+            {"a": ("n",), "b": ("n",)},
+            {"n": 3},
+            "read by no factor",
+        ),
+        (
+            [Factor("f", ("n",), lambda z, d: z["a"]), Factor("f", ("n",), lambda z, d: z["a"])],
             {"a": ("n",)},
             {"n": 3},
             "unique",
         ),
-        ([Factor("f", "n", lambda z: z["a"])], {"a": ("n",)}, {"n": 3}, "tuple of axis names"),
-        ([Factor("f", ("n", "n"), lambda z: z["a"])], {"a": ("n",)}, {"n": 3}, "appears twice"),
+        ([Factor("f", "n", lambda z, d: z["a"])], {"a": ("n",)}, {"n": 3}, "tuple of axis names"),
+        ([Factor("f", ("n", "n"), lambda z, d: z["a"])], {"a": ("n",)}, {"n": 3}, "appears twice"),
     ],
 )
 def test_log_joint_errors(factors, latent_axes, sizes, message):
@@ -359,17 +376,18 @@ def test_local_gradients_unbiased(name):
     """
     model = _gradient_test_model(name)
     families = model.latents()
-    full = Target(model.logdensity_fn, families)
-    local = Target(model.logdensity_fn, families, model.local_logdensity_fn)
+    logdensity_fn, local_logdensity_fn = model.bound()  # small data: constants are fine here
+    full = Target(logdensity_fn, families)
+    local = Target(logdensity_fn, families, local_logdensity_fn)
     dropped = model.local_latent_names[0]
 
     def wrong_local(latents):
-        values = model.local_logdensity_fn(latents)
-        likelihood = model.joint.factor_values_fn(latents)["likelihood"]
+        values = local_logdensity_fn(latents)
+        likelihood = model.joint.factor_values_fn(latents, model.data)["likelihood"]
         values[dropped] = values[dropped] - jnp.sum(likelihood, axis=1, keepdims=True)
         return values
 
-    wrong = Target(model.logdensity_fn, families, wrong_local)
+    wrong = Target(logdensity_fn, families, wrong_local)
     others = {}
     if "bbvi" in grepvi.estimator_names():
         others["bbvi"] = (get_estimator("bbvi", num_samples=2, num_control_samples=2), local)
@@ -417,7 +435,7 @@ def _check_fit(model, truth, result, min_correlation):
     means = {name: posterior.mean() for name, posterior in result.posterior.items()}
     fitted = np.asarray(model.mean_observation(means)).ravel()
     true = np.asarray(model.mean_observation(truth)).ravel()
-    data = np.asarray(model.data).ravel()
+    data = np.asarray(model.observations).ravel()
     correlation = np.corrcoef(fitted, true)[0, 1]
     assert correlation > min_correlation
     assert correlation > np.corrcoef(data, true)[0, 1]  # the fit denoises the data
@@ -441,6 +459,7 @@ def test_sparse_gamma_def_fit_recovers_rates():
         num_steps=1000,
         step_size=1.0,
         local_logdensity_fn=model.local_logdensity_fn,
+        data=model.data,
         progress=False,
     )
     _check_fit(model, truth, result, 0.9)
@@ -460,6 +479,7 @@ def test_beta_gamma_mf_fit_recovers_probabilities():
         num_steps=2000,
         step_size=2.0,
         local_logdensity_fn=model.local_logdensity_fn,
+        data=model.data,
         progress=False,
     )
     _check_fit(model, truth, result, 0.6)
@@ -481,9 +501,9 @@ def test_sample_and_evaluation_helpers():
     # Held-out data: a model with other rows, the same weights.
     test_model = model.with_data(more)
     assert test_model.hyperparameters == model.hyperparameters
-    values = jax.jit(test_model.joint.factor_values_fn)(truth)
+    values = jax.jit(test_model.joint.factor_values_fn)(truth, test_model.data)
     assert all(np.all(np.isfinite(v)) for v in values.values())
-    per_entry = test_model.observation_loglik(truth, more)
+    per_entry = test_model.observation_loglik(truth, model.prepare_data(more))
     assert per_entry.shape == (9, 5)
     np.testing.assert_allclose(per_entry, values["likelihood"], rtol=1e-4, atol=1e-4)  # float32 cancellations
     np.testing.assert_allclose(test_model.mean_observation(truth), truth["z1"] @ truth["W0"], rtol=1e-6)
@@ -543,12 +563,12 @@ def test_bernoulli_data_validation(data, message):
 
 def test_valid_data_is_stored_as_float32():
     model = sparse_gamma_def(np.array([[0, 3], [255, 1]], dtype=np.uint8), layer_sizes=(2,))
-    assert model.data.dtype == jnp.float32 and float(model.data[1, 0]) == 255.0
+    assert model.observations.dtype == jnp.float32 and float(model.observations[1, 0]) == 255.0
+    assert model.data["log_factorial"].dtype == jnp.float32
     mf = beta_gamma_mf(np.array([[True, False]]), num_factors=1)
-    assert mf.data.dtype == jnp.float32
+    assert mf.observations.dtype == jnp.float32
     with pytest.raises(DataError, match=r"^x: Poisson counts"):
-        latents = {"z1": jnp.ones((2, 2)), "W0": jnp.ones((2, 2))}
-        model.observation_loglik(latents, np.array([[-1.0, 0.0], [0.0, 0.0]]))
+        model.prepare_data(np.array([[-1.0, 0.0], [0.0, 0.0]]))
 
 
 @pytest.mark.parametrize(
@@ -592,8 +612,8 @@ def test_olivetti_size_grep_step_compiles_and_runs():
     estimator = get_estimator("grep")
     optimizer = grepvi.advi_stepsize(5.0)
     state = init(jax.random.key(0), target, optimizer)
-    run = jax.jit(lambda s: step(s, target, estimator, optimizer))
-    new_state, info = run(state)
-    new_state, info = run(new_state)
+    run = jax.jit(lambda s, data: step(s, target, estimator, optimizer, data))
+    new_state, info = run(state, model.data)
+    new_state, info = run(new_state, model.data)
     assert np.isfinite(float(info.elbo)) and bool(info.finite)
     assert not np.allclose(new_state.params["W0"]["mean"], state.params["W0"]["mean"])

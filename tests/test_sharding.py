@@ -41,9 +41,12 @@ SCRIPT = textwrap.dedent(
         assert "do not split evenly" in str(error)
 
     # The first SGD step is the gradient (times the step size); then a few more steps.
-    place, sharded_step = data_parallel(target, estimator, optimizer, model.local_latent_names, mesh)
-    plain = jax.jit(lambda s: step(s, target, estimator, optimizer))
-    reference, current = plain(state)[0], sharded_step(place(state))[0]
+    parallel = data_parallel(target, estimator, optimizer, model, mesh)
+    data = parallel.place_data(model.data)
+    assert data["x"].sharding.spec == PartitionSpec("n")  # each device holds its rows of the data
+    assert data["x"].addressable_shards[0].data.shape == (4, 12)
+    plain = jax.jit(lambda s, d: step(s, target, estimator, optimizer, d))
+    reference, current = plain(state, model.data)[0], parallel.step(parallel.place_state(state), data)[0]
     assert len(current.params["z1"]["mean"].sharding.device_set) == 4
     assert current.params["z1"]["mean"].sharding.spec == PartitionSpec("n")
     def grad(new):
@@ -56,8 +59,8 @@ SCRIPT = textwrap.dedent(
         scale = float(np.max(np.abs(g_single)))
         np.testing.assert_allclose(g_sharded, g_single, rtol=1e-3, atol=1e-3 * scale, err_msg=str(path))
     for _ in range(3):
-        reference, info_reference = plain(reference)
-        current, info = sharded_step(current)
+        reference, info_reference = plain(reference, model.data)
+        current, info = parallel.step(current, data)
         np.testing.assert_allclose(float(info.elbo), float(info_reference.elbo), rtol=1e-4)
     for a, b in zip(jax.tree_util.tree_leaves(reference.params), jax.tree_util.tree_leaves(current.params)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
