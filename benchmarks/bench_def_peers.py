@@ -111,14 +111,17 @@ def grepvi_step(model, estimator, seed=0, learning_rate=0.5, chunk=10):
     target = target._replace(families=estimator.adapt_families(target.families))
     optimizer = advi_stepsize(learning_rate)
 
-    def body(state, _):
-        return step(state, target, estimator, optimizer)
+    def chunk_fn(state, data):
+        return jax.lax.scan(
+            lambda s, _: step(s, target, estimator, optimizer, data), state, None, length=chunk
+        )
 
-    jitted = jax.jit(lambda state: jax.lax.scan(body, state, None, length=chunk), donate_argnums=0)
+    jitted = jax.jit(chunk_fn, donate_argnums=0)
     holder = [init(jax.random.key(seed), target, optimizer)]
+    data = model.data
 
     def run():
-        holder[0], info = jitted(holder[0])
+        holder[0], info = jitted(holder[0], data)
         return jax.block_until_ready(info.elbo)
 
     run.iterations = chunk

@@ -26,6 +26,7 @@ compiled step is printed too (the DEF's rate matrix is one ``dot`` forward and t
 """
 
 import argparse
+import functools
 import os
 import re
 import time
@@ -49,12 +50,13 @@ CONTENDERS = ("grep-closed-form", "grep", "grep-fused", "grep-full", "advi", "ad
 
 
 def fused_grep(logdensity_and_local_fn) -> Estimator:
-    """G-REP whose surrogate takes the log joint and the local log joints from one call."""
+    """G-REP whose surrogate takes the log joint and the local log joints from one call
+    (``logdensity_and_local_fn(latents, data)``; the data comes with the bound target)."""
 
     def surrogate(params, eps, target):
         families = target.families
         latents = transform_all(params, eps, families)
-        log_joint, local = logdensity_and_local_fn(latents)
+        log_joint, local = logdensity_and_local_fn(latents, target.bound_data)
         correction = 0.0
         for name, family in families.items():
             log_q_eps = family.log_prob_standardized(params[name], eps[name])
@@ -99,14 +101,18 @@ def build_step(model, contender, step_size):
     target = model.target(families, use_local=use_local)
     optimizer = grepvi.advi_stepsize(step_size)
     state = inference.init(jax.random.key(0), target, optimizer)
-    step = jax.jit(lambda s: inference.step(s, target, estimator, optimizer))
+    step = jax.jit(lambda s, data: inference.step(s, target, estimator, optimizer, data))
     start = time.perf_counter()
-    compiled = step.lower(state).compile()
+    compiled = step.lower(state, model.data).compile()
     compile_seconds = time.perf_counter() - start
     dots = len(re.findall(r"\bdot\(", compiled.as_text()))
-    state, info = compiled(state)
+    state, info = compiled(state, model.data)
     jax.block_until_ready(state)
-    return compiled, state, compile_seconds, dots
+    return functools.partial(_call, compiled, model.data), state, compile_seconds, dots
+
+
+def _call(compiled, data, state):
+    return compiled(state, data)
 
 
 def main(argv=None):

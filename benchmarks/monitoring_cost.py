@@ -36,13 +36,18 @@ def main(argv=None):
     state = init(jax.random.key(0), target, optimizer)
     length = args.window
 
+    data = model.data
+
     @jax.jit
-    def bare(s):
+    def bare_program(s, data):
         return jax.lax.scan(
-            lambda c, _: (step(c, target, estimator, optimizer)[0], None), s, None, length=length
+            lambda c, _: (step(c, target, estimator, optimizer, data)[0], None), s, None, length=length
         )[0]
 
-    window = make_window(target, estimator, optimizer, length)
+    def bare(s):
+        return bare_program(s, data)
+
+    window = make_window(target, estimator, optimizer, length, data)
     settings = AdaptiveSettings(window=length)
     jax.block_until_ready(bare(state))
     jax.block_until_ready(window(state))

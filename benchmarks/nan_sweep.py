@@ -79,12 +79,12 @@ def sweep_cell(model, estimator_name, step_size, seeds, iterations, seed_offset=
     optimizer = advi_stepsize(step_size)
     names = sorted(families)
 
-    def one_run(key):
+    def one_run(key, data):
         state = init(key, target, optimizer)
 
         def body(carry, _):
             state, counts = carry
-            state, info = step(state, target, estimator, optimizer)
+            state, info = step(state, target, estimator, optimizer, data)
             bad_params = sum(jnp.sum(~jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(state.params))
             counts = {
                 "nonfinite_params": counts["nonfinite_params"] + bad_params.astype(jnp.int32),
@@ -105,7 +105,7 @@ def sweep_cell(model, estimator_name, step_size, seeds, iterations, seed_offset=
 
     keys = jax.vmap(jax.random.key)(jnp.arange(seed_offset, seed_offset + seeds))
     start = time.perf_counter()
-    counts = jax.jit(jax.vmap(one_run))(keys)
+    counts = jax.jit(jax.vmap(one_run, in_axes=(0, None)))(keys, model.data)
     counts = jax.tree_util.tree_map(lambda x: np.asarray(x).sum(0), counts)
     seconds = time.perf_counter() - start
     return {
