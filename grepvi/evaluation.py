@@ -32,7 +32,7 @@ import numpy as np
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import Estimator, Target, bind_data, total_entropy
 from grepvi.families.base import Family
-from grepvi.inference import VIState, step
+from grepvi.inference import VIState, run_chunks
 from grepvi.optim import advi_stepsize
 
 __all__ = [
@@ -217,21 +217,8 @@ def refit_local(
     if num_steps == 0:
         return params, np.zeros(0)
 
-    def run(state, refit_data, length):
-        body = lambda carry, _: step(carry, target, drawing, optimizer, refit_data)
-        state, info = jax.lax.scan(body, state, None, length=length)
-        return state, info.elbo
-
-    chunk = jax.jit(functools.partial(run, length=chunk_size))
-    last = jax.jit(functools.partial(run, length=num_steps % chunk_size))
-    elbos = []
-    for _ in range(num_steps // chunk_size):
-        state, elbo = chunk(state, refit_data)
-        elbos.append(np.asarray(elbo))
-    if num_steps % chunk_size:
-        state, elbo = last(state, refit_data)
-        elbos.append(np.asarray(elbo))
-    return state.params, np.concatenate(elbos)
+    state, trace, _ = run_chunks(state, target, drawing, optimizer, num_steps, chunk_size, data=refit_data)
+    return state.params, trace.elbo
 
 
 def _refit_target(logdensity_fn, local_logdensity_fn, local_families, names, global_params, data):

@@ -33,6 +33,9 @@ __all__ = [
     "step",
     "fit",
     "make_target",
+    "ChunkReport",
+    "chunk_program",
+    "run_chunks",
     "materialize_gradient",
     "make_window",
     "draws_per_step",
@@ -258,7 +261,7 @@ def _resolve_optimizer(optimizer, step_size):
 STALL_STEPS = 50  # this many skipped steps in a row stop a run with NumericalError
 
 
-def report_skipped_steps(finite, nonfinite_latents, names, first_iteration, consecutive=0):
+def report_skipped_steps(finite, nonfinite_latents, names, first_iteration, consecutive=0, stall_steps=None):
     """Warns about skipped (non-finite) steps of one chunk; raises if the run has stalled.
 
     Returns the number of skipped steps in a row at the end of the chunk (carried to the
@@ -281,7 +284,7 @@ def report_skipped_steps(finite, nonfinite_latents, names, first_iteration, cons
     for ok in finite:
         run = 0 if ok else run + 1
         consecutive = 0 if ok else consecutive + 1
-        if consecutive >= STALL_STEPS:
+        if consecutive >= (STALL_STEPS if stall_steps is None else stall_steps):
             raise NumericalError(
                 f"{consecutive} steps in a row up to iteration {first_iteration + len(finite) - 1} "
                 f"had a non-finite gradient (latents {latents}); the run has stalled. "
@@ -290,67 +293,144 @@ def report_skipped_steps(finite, nonfinite_latents, names, first_iteration, cons
     return consecutive
 
 
+class ChunkReport(NamedTuple):
+    """What :func:`run_chunks` hands its callback after each chunk.
+
+    Attributes:
+      state: the state after the chunk.
+      first_iteration: iterations done before the chunk.
+      done: iterations done after it.
+      outputs: per-iteration arrays of the chunk (``elbo``, ``finite``,
+        ``nonfinite_latents``, the estimator's scalar extras; ``params`` before each step
+        with ``keep_params``).
+      elapsed: seconds the chunk ran (compilation excluded).
+      wall_time: seconds of running so far (``wall_time`` given plus every chunk's).
+    """
+
+    state: Any
+    first_iteration: int
+    done: int
+    outputs: dict
+    elapsed: float
+    wall_time: float
+
+
+def chunk_program(target: Target, estimator: Estimator, optimizer, length: int, keep_params: bool = False):
+    """The jitted ``(state, data) -> (state, outputs)`` of ``length`` steps in a ``lax.scan``.
+
+    The data is an argument (never a constant of the program). ``outputs`` are per iteration:
+    ``elbo``, ``finite``, ``nonfinite_latents``, the scalar extras, and the parameters before
+    each step with ``keep_params``.
+    """
+
+    def run(state, data):
+        def body(carry, _):
+            new_state, info = step(carry, target, estimator, optimizer, data)
+            outputs = {"elbo": info.elbo, "finite": info.finite, "nonfinite_latents": info.nonfinite_latents}
+            outputs.update({key: value for key, value in info.extras.items() if jnp.ndim(value) == 0})
+            if keep_params:
+                outputs["params"] = carry.params
+            return new_state, outputs
+
+        return jax.lax.scan(body, state, None, length=length)
+
+    return jax.jit(run)
+
+
 def run_chunks(
     state: VIState,
     target: Target,
     estimator: Estimator,
     optimizer,
-    num_steps: int,
+    num_steps: int | None,
     chunk_size: int,
     callback: Callable | None = None,
     data=None,
+    *,
+    time_budget: float | None = None,
+    wall_time: float = 0.0,
+    should_stop: Callable[[], bool] | None = None,
+    keep_params: bool = False,
+    stall_steps: int | None = None,
 ):
-    """Runs ``num_steps`` steps as jitted ``lax.scan`` chunks; yields after every chunk.
+    """The loop of a fixed schedule: jitted ``lax.scan`` chunks until a cap; one runner for all.
 
-    Returns the final state and per-iteration arrays (elbo, wall time, extras).
+    ``grepvi.fit`` with a ``step_size`` or ``optimizer``, the command line's fixed schedule
+    (:func:`grepvi.runs.train`: run folder, progress bar, checkpoints, SIGINT through
+    ``callback`` and ``should_stop``) and the fixed-step refit of held-out rows all run here.
+    (The default procedure runs in windows, :func:`make_window` and
+    :func:`grepvi.adaptive.run_adaptive`.)
+
+    Args:
+      state: the state to start from (``state.iteration`` counts from there).
+      num_steps: iterations to run (None: until ``time_budget`` or ``should_stop``).
+      chunk_size: iterations per compiled chunk (the last may be shorter: one more program).
+      callback: ``ChunkReport -> None`` after every chunk (outside the timed region).
+      data: the data pytree of a target with ``takes_data``.
+      time_budget: seconds of running (``wall_time`` included), checked between chunks.
+      wall_time: seconds already run (a resumed run).
+      should_stop: checked between chunks (SIGINT).
+      keep_params: the outputs hold the parameters before each step.
+      stall_steps: this many steps in a row with a non-finite gradient raise
+        :class:`~grepvi.errors.NumericalError` (default ``STALL_STEPS``); the count runs
+        across chunks.
+
+    Returns:
+      ``(state, trace, reason)``: the final state, the :class:`Trace` (ELBO and wall time
+      per iteration, extras), and why it stopped (``"num_steps"``, ``"time_budget"``,
+      ``"interrupted"``).
     """
-    scan_body = lambda data: lambda carry, _: step(carry, target, estimator, optimizer, data)
-    chunk = jax.jit(lambda carry, data: jax.lax.scan(scan_body(data), carry, None, length=chunk_size))
-    one = jax.jit(lambda carry, data: jax.lax.scan(scan_body(data), carry, None, length=1))
-    run_chunk = lambda carry: chunk(carry, data)
-    run_one = lambda carry: one(carry, data)
+    if num_steps is None and time_budget is None and should_stop is None:
+        raise ConfigError("run_chunks: give num_steps, time_budget or should_stop")
+    programs = {}
+
+    def program(length):
+        if length not in programs:
+            jitted = chunk_program(target, estimator, optimizer, length, keep_params)
+            programs[length] = jitted.lower(state, data).compile()
+        return programs[length]
 
     elbos, times, extras = [], [], {}
     names = sorted(target.families)
     consecutive = 0
-    start = time.perf_counter()
     done = 0
-    while done < num_steps:
-        n = min(chunk_size, num_steps - done)
-        if n == chunk_size:
-            state, info = run_chunk(state)
-        else:
-            for _ in range(n):
-                state, info1 = run_one(state)
-                elbos.append(np.asarray(info1.elbo))
-                now = time.perf_counter() - start
-                times.append(np.array([now]))
-                for key, value in info1.extras.items():
-                    extras.setdefault(key, []).append(np.asarray(value))
-                consecutive = report_skipped_steps(
-                    info1.finite, info1.nonfinite_latents, names, done, consecutive
-                )
-                done += 1
-            if callback is not None:
-                callback(state, done, np.concatenate(elbos))
-            continue
-        info_elbo = np.asarray(info.elbo)  # blocks until the chunk is done
-        now = time.perf_counter() - start
-        previous = times[-1][-1] if times else 0.0
-        times.append(previous + (now - previous) * np.arange(1, n + 1) / n)
-        elbos.append(info_elbo)
-        for key, value in info.extras.items():
-            extras.setdefault(key, []).append(np.asarray(value))
-        consecutive = report_skipped_steps(info.finite, info.nonfinite_latents, names, done, consecutive)
-        done += n
+    reason = "num_steps"
+    while True:
+        if num_steps is not None and done >= num_steps:
+            break
+        if time_budget is not None and wall_time >= time_budget:
+            reason = "time_budget"
+            break
+        if should_stop is not None and should_stop():
+            reason = "interrupted"
+            break
+        length = chunk_size if num_steps is None else min(chunk_size, num_steps - done)
+        run = program(length)  # compiled outside the timed region
+        start = time.perf_counter()
+        new_state, outputs = run(state, data)
+        jax.block_until_ready(new_state)
+        elapsed = time.perf_counter() - start
+        outputs = jax.tree_util.tree_map(np.asarray, outputs)
+        first = done
+        state = new_state
+        times.append(wall_time + elapsed * np.arange(1, length + 1) / length)
+        wall_time += elapsed
+        done += length
+        elbos.append(outputs["elbo"])
+        for key, value in outputs.items():
+            if key not in ("elbo", "finite", "nonfinite_latents", "params"):
+                extras.setdefault(key, []).append(value)
         if callback is not None:
-            callback(state, done, np.concatenate(elbos))
+            callback(ChunkReport(state, first, done, outputs, elapsed, wall_time))
+        consecutive = report_skipped_steps(
+            outputs["finite"], outputs["nonfinite_latents"], names, first, consecutive, stall_steps
+        )
     trace = Trace(
         elbo=np.concatenate(elbos) if elbos else np.zeros(0),
         wall_time=np.concatenate(times) if times else np.zeros(0),
         extras={k: np.concatenate(v) for k, v in extras.items()},
     )
-    return state, trace
+    return state, trace, reason
 
 
 def make_window(target: Target, estimator: Estimator, optimizer, length: int, data=None):
@@ -683,13 +763,15 @@ def _fit_fixed(
 
         bar = tqdm(total=num_steps, desc=f"fit[{estimator.name}]", unit="it", leave=False)
 
-    def callback(current_state, done, elbos):
+    def callback(report):
         if bar is not None:
-            bar.update(done - bar.n)
-            bar.set_postfix(elbo=f"{np.mean(elbos[-chunk_size:]):.4g}")
+            bar.update(report.done - bar.n)
+            bar.set_postfix(elbo=f"{np.mean(report.outputs['elbo']):.4g}")
 
     try:
-        state, trace = run_chunks(state, target, estimator, optimizer, num_steps, chunk_size, callback, data)
+        state, trace, _ = run_chunks(
+            state, target, estimator, optimizer, num_steps, chunk_size, callback, data
+        )
     finally:
         if bar is not None:
             bar.close()

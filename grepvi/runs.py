@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError, GrepviError
-from grepvi.inference import VIState, step
+from grepvi.inference import VIState
 
 __all__ = [
     "RunInterrupted",
@@ -547,120 +547,104 @@ def train(
         raise ConfigError(
             f"--elbo-every: expected 1 or a multiple of --chunk-size {chunk_size}, found {elbo_every}"
         )
+    from grepvi.errors import NumericalError
+    from grepvi.inference import run_chunks
+
     keep_params = elbo_fn is not None and elbo_every == 1
-
-    def body(carry, data):
-        new_state, info = step(carry, target, estimator, optimizer, data)
-        outputs = {"elbo": info.elbo, "finite": info.finite, "nonfinite_latents": info.nonfinite_latents}
-        outputs.update({key: value for key, value in info.extras.items() if jnp.ndim(value) == 0})
-        if keep_params:
-            outputs["params"] = carry.params
-        return new_state, outputs
-
-    compiled = {}
-
-    def chunk_fn(length):
-        if length not in compiled:
-            compiled[length] = (
-                jax.jit(
-                    lambda carry, data: jax.lax.scan(lambda c, _: body(c, data), carry, None, length=length)
-                )
-                .lower(state, data)
-                .compile()
-            )
-        return compiled[length]
-
-    done = int(state.iteration)
-    remaining = lambda: None if num_steps is None else num_steps - done
+    start_iteration = int(state.iteration)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(
             total=num_steps,
-            initial=done,
+            initial=start_iteration,
             desc=description,
             unit="it",
             dynamic_ncols=True,
             file=sys.stderr,
         )
     chunk_times = []
-    last_checkpoint_iteration = done
-    last_checkpoint_clock = time.monotonic()
-    interrupted = False
-    finished = False
+    last = {"iteration": start_iteration, "clock": time.monotonic(), "state": state, "wall": wall_time}
+
+    def callback(report):
+        length = report.done - report.first_iteration
+        outputs = report.outputs
+        if length == chunk_size:
+            chunk_times.append(report.elapsed / length)
+        iterations = np.arange(
+            start_iteration + report.first_iteration + 1, start_iteration + report.done + 1
+        )
+        rows = {
+            "iteration": iterations,
+            "wall_time": report.wall_time
+            - report.elapsed
+            + report.elapsed * np.arange(1, length + 1) / length,
+            "elbo": np.asarray(outputs["elbo"], np.float64),
+        }
+        if elbo_fn is not None:
+            rows["elbo_draw"] = rows["elbo"]
+            if keep_params:
+                rows["elbo"] = np.asarray(elbo_fn(iterations, outputs["params"]), np.float64)
+            else:
+                rows["elbo"] = np.full(length, np.nan)
+                if (iterations[0] - 1) % elbo_every == 0:
+                    params = jax.tree_util.tree_map(lambda leaf: leaf[None], last["state"].params)
+                    rows["elbo"][0] = float(np.asarray(elbo_fn(iterations[:1], params))[0])
+        for key, value in outputs.items():
+            if key not in ("elbo", "finite", "params", "nonfinite_latents"):
+                rows[key] = np.asarray(value, np.float64)
+        rows["skipped"] = 1.0 - np.asarray(outputs["finite"], np.float64)
+        trace.add(rows)
+        if chunk_eval_fn is not None:
+            for key, value in chunk_eval_fn(report.state).items():
+                trace.set_last(key, float(value))
+        if bar is not None:
+            shown = rows["elbo"] if np.isfinite(rows["elbo"]).any() else rows.get("elbo_draw", rows["elbo"])
+            finite = shown[np.isfinite(shown)]
+            bar.update(length)
+            bar.set_postfix(
+                elbo=f"{np.mean(finite):.5g}" if finite.size else "nan", time=f"{report.wall_time:.0f}s"
+            )
+        last["state"], last["wall"] = report.state, report.wall_time
+        done = start_iteration + report.done
+        due = (checkpoint_every and done - last["iteration"] >= checkpoint_every) or (
+            checkpoint_seconds and time.monotonic() - last["clock"] >= checkpoint_seconds
+        )
+        if checkpoint_fn is not None and due:
+            checkpoint_fn(report.state, trace, report.wall_time)
+            last["iteration"], last["clock"] = done, time.monotonic()
+
+    reason = "num_steps"
     try:
         with _SigintCatcher() as sigint:
-            while True:
-                if num_steps is not None and remaining() <= 0:
-                    finished = True
-                    break
-                if time_budget is not None and wall_time >= time_budget:
-                    finished = True
-                    break
-                if sigint.caught:
-                    interrupted = True
-                    break
-                length = chunk_size if num_steps is None else min(chunk_size, remaining())
-                run = chunk_fn(length)  # compiled outside the timed region
-                before = state
-                start = time.perf_counter()
-                new_state, outputs = run(state, data)
-                jax.block_until_ready(new_state)
-                elapsed = time.perf_counter() - start
-                state = new_state
-                if length == chunk_size:
-                    chunk_times.append(elapsed / length)
-                iterations = np.arange(done + 1, done + length + 1)
-                rows = {
-                    "iteration": iterations,
-                    "wall_time": wall_time + elapsed * np.arange(1, length + 1) / length,
-                    "elbo": np.asarray(outputs["elbo"], np.float64),
-                }
-                wall_time += elapsed
-                done += length
-                if elbo_fn is not None:
-                    rows["elbo_draw"] = rows["elbo"]
-                    if keep_params:
-                        rows["elbo"] = np.asarray(elbo_fn(iterations, outputs["params"]), np.float64)
-                    else:
-                        rows["elbo"] = np.full(length, np.nan)
-                        if (iterations[0] - 1) % elbo_every == 0:
-                            first = jax.tree_util.tree_map(lambda leaf: leaf[None], before.params)
-                            rows["elbo"][0] = float(np.asarray(elbo_fn(iterations[:1], first))[0])
-                for key, value in outputs.items():
-                    if key not in ("elbo", "finite", "params", "nonfinite_latents"):
-                        rows[key] = np.asarray(value, np.float64)
-                rows["skipped"] = 1.0 - np.asarray(outputs["finite"], np.float64)
-                _warn_skipped(outputs, target, iterations[0])
-                trace.add(rows)
-                if chunk_eval_fn is not None:
-                    for key, value in chunk_eval_fn(state).items():
-                        trace.set_last(key, float(value))
-                if bar is not None:
-                    shown = (
-                        rows["elbo"]
-                        if np.isfinite(rows["elbo"]).any()
-                        else rows.get("elbo_draw", rows["elbo"])
-                    )
-                    finite = shown[np.isfinite(shown)]
-                    bar.update(length)
-                    bar.set_postfix(
-                        elbo=f"{np.mean(finite):.5g}" if finite.size else "nan", time=f"{wall_time:.0f}s"
-                    )
-                due = (checkpoint_every and done - last_checkpoint_iteration >= checkpoint_every) or (
-                    checkpoint_seconds and time.monotonic() - last_checkpoint_clock >= checkpoint_seconds
+            try:
+                state, _, reason = run_chunks(
+                    state,
+                    target,
+                    estimator,
+                    optimizer,
+                    None if num_steps is None else max(0, num_steps - start_iteration),
+                    chunk_size,
+                    callback,
+                    data,
+                    time_budget=time_budget,
+                    wall_time=wall_time,
+                    should_stop=lambda: sigint.caught,
+                    keep_params=keep_params,
                 )
-                if checkpoint_fn is not None and due:
-                    checkpoint_fn(state, trace, wall_time)
-                    last_checkpoint_iteration = done
-                    last_checkpoint_clock = time.monotonic()
-            if checkpoint_fn is not None and done != last_checkpoint_iteration:
+            except NumericalError:
+                if checkpoint_fn is not None:  # the run stalled: keep what it did, then say so
+                    checkpoint_fn(last["state"], trace, last["wall"])
+                raise
+            wall_time = last["wall"]
+            if checkpoint_fn is not None and int(state.iteration) != last["iteration"]:
                 checkpoint_fn(state, trace, wall_time)
     finally:
         if bar is not None:
             bar.close()
-    return TrainResult(state, trace, wall_time, chunk_times, interrupted, finished)
+    interrupted = reason == "interrupted"
+    return TrainResult(state, trace, wall_time, chunk_times, interrupted, not interrupted)
 
 
 def median_time_per_iteration(trace_arrays) -> float:
@@ -671,21 +655,6 @@ def median_time_per_iteration(trace_arrays) -> float:
     if wall.size == 0:
         return math.nan
     return float(np.median(np.diff(wall, prepend=0.0)))
-
-
-def _warn_skipped(outputs, target, first_iteration):
-    """Says which latent had a non-finite gradient at which iterations (steps were skipped)."""
-    from grepvi.errors import NumericalError
-    from grepvi.inference import report_skipped_steps
-
-    try:
-        report_skipped_steps(
-            outputs["finite"], outputs["nonfinite_latents"], sorted(target.families), int(first_iteration)
-        )
-    except NumericalError as error:  # a run keeps going (and checkpointing); say it loudly
-        import warnings
-
-        warnings.warn(str(error), RuntimeWarning, stacklevel=2)
 
 
 def train_adaptive(

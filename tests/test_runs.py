@@ -195,3 +195,32 @@ def test_environment_versions_are_json():
     versions = runs.environment_versions()
     assert {"python", "jax", "jaxlib", "grepvi"} <= set(versions)
     json.dumps(versions)
+
+
+def test_the_command_line_loop_stops_a_run_stalled_across_chunks(tmp_path):
+    """The stall guard counts skipped steps across chunks (chunks of 10, guard at 50): a run whose
+    every gradient is non-finite stops with NumericalError, after writing a checkpoint."""
+    from grepvi.errors import NonFiniteStepWarning, NumericalError
+
+    def nan_gradient(z):
+        rate = z["rate"]
+        return jnp.sum(jnp.sqrt(rate - rate - 1.0))  # NaN for every draw
+
+    target = Target(nan_gradient, {"rate": Gamma(shape=(2,))})
+    optimizer = advi_stepsize(0.1)
+    state = init(jax.random.key(0), target, optimizer)
+    checkpoints = []
+    with pytest.warns(NonFiniteStepWarning), pytest.raises(NumericalError, match="in a row"):
+        runs.train(
+            state,
+            target,
+            get_estimator("grep"),
+            optimizer,
+            num_steps=200,
+            time_budget=None,
+            chunk_size=10,
+            trace=runs.TraceRecorder(),
+            checkpoint_fn=lambda *args: checkpoints.append(int(args[0].iteration)),
+            progress=False,
+        )
+    assert checkpoints and checkpoints[-1] == 50
