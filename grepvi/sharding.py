@@ -234,14 +234,16 @@ def data_parallel(
 
 
 def _put(tree, shardings):
-    """``jax.device_put`` of host values that are the same in every process."""
+    """``jax.device_put`` of host values that are the same in every process (one process:
+    plain placement; several: each process places its devices' part of the same value)."""
     if jax.process_count() == 1:
         return jax.device_put(tree, shardings)
 
     def one(value, sharding):
-        value = np.asarray(value) if not isinstance(value, jax.Array) or value.is_fully_addressable else value
-        if isinstance(value, jax.Array) and not value.is_fully_addressable:
-            return value
-        return jax.make_array_from_callback(np.shape(value), sharding, lambda index: value[index])
+        if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(value)
+            return jax.random.wrap_key_data(one(jax.random.key_data(value), sharding), impl=impl)
+        host = np.asarray(value)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
     return jax.tree_util.tree_map(one, tree, shardings)

@@ -78,3 +78,83 @@ def test_sharded_gradient_and_steps_match_single_device():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    import jax
+    process_id, num_processes, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if num_processes > 1:
+        jax.distributed.initialize(f"localhost:{port}", num_processes=num_processes, process_id=process_id)
+    import numpy as np, optax
+    from jax.experimental import multihost_utils
+    from grepvi.estimators.base import get_estimator
+    from grepvi.inference import init
+    from grepvi.models import sparse_gamma_def
+    from grepvi.sharding import data_parallel, process_rows
+
+    assert jax.process_count() == num_processes
+    data = np.random.default_rng(0).poisson(2.0, (16, 12)).astype(np.float32)
+    model = sparse_gamma_def(data, layer_sizes=(4,))
+    target = model.target()
+    optimizer = optax.adam(0.01)
+    state = init(jax.random.key(1), target, optimizer)  # the same in every process (same seed)
+    parallel = data_parallel(target, get_estimator("grep"), optimizer, model)
+    rows = process_rows(16)  # this process's rows only
+    data = parallel.place_data({name: np.asarray(value)[rows] for name, value in model.data.items()})
+    state = parallel.place_state(state)
+    for _ in range(5):
+        state, info = parallel.step(state, data)
+    params = multihost_utils.process_allgather(state.params, tiled=True)
+    if process_id == 0:
+        leaves = jax.tree_util.tree_leaves_with_path(params)
+        np.savez(out, **{jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves})
+    print("OK", float(info.elbo))
+    """
+)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_reproduce_one_process(tmp_path):
+    """``jax.distributed`` on localhost: two processes, each holding half of the rows, give the
+    parameters of one process holding all of them (five Adam steps, same seed)."""
+    import numpy as np
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    single = subprocess.run(
+        [sys.executable, str(script), "0", "1", "0", str(one)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stdout + single.stderr
+    port = str(_free_port())
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), "2", port, str(two)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers), "\n".join(outputs)
+    reference, distributed = np.load(one), np.load(two)
+    assert sorted(reference.files) == sorted(distributed.files) and len(reference.files) == 4
+    for name in reference.files:
+        np.testing.assert_allclose(distributed[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
