@@ -389,10 +389,14 @@ def main(argv=None) -> int:
     try:
         return _run(args)
     except RunInterrupted as error:
-        print(f"grepvi: {error}", file=sys.stderr)
+        from grepvi.config import option_flags
+
+        print(f"grepvi: {option_flags(str(error)).replace('same call', 'same command')}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except GrepviError as error:
-        print(f"grepvi {args.command}: error: {error}", file=sys.stderr)
+        from grepvi.config import option_flags
+
+        print(f"grepvi {args.command}: error: {option_flags(str(error))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("grepvi: interrupted", file=sys.stderr)

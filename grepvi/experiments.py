@@ -24,10 +24,13 @@ import numpy as np
 
 from grepvi import evaluation
 from grepvi.adaptive import AdaptiveSettings, get_step_size
+from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig, _positive_float, _positive_int
 from grepvi.errors import ConfigError, DataError
 from grepvi.estimators.base import get_estimator
 from grepvi.inference import DEFAULT_MAX_STEPS, _check_target, adaptive_candidates, init
+from grepvi.models.registry import get_model_spec
 from grepvi.optim import advi_stepsize
+from grepvi.paper import ETA_GRID, PAPER_ETA
 from grepvi.runs import (
     METRICS_FILE,
     PARAMS_FILE,
@@ -61,253 +64,20 @@ __all__ = [
     "demo",
 ]
 
-MODELS = ("sparse-gamma-def", "beta-gamma-mf")
-ESTIMATORS = ("grep", "bbvi", "advi", "implicit", "rsvi")
-ETA_GRID = (0.1, 0.5, 1.0, 5.0)
-SYNTHETIC = "synthetic"
-# Table 1 (left) of the paper: the eta that gave the best ELBO.
-PAPER_ETA = {
-    ("olivetti", "grep"): 5.0,
-    ("olivetti", "bbvi"): 1.0,
-    ("olivetti", "advi"): 0.1,
-    ("nips", "grep"): 0.5,
-    ("nips", "bbvi"): 5.0,
-    ("nips", "advi"): 1.0,
-    ("mnist", "grep"): 5.0,
-    ("mnist", "bbvi"): 5.0,
-    ("mnist", "advi"): 0.1,
-    ("omniglot", "grep"): 5.0,
-    ("omniglot", "advi"): 0.1,
-}
-DEFAULT_ETA = 0.5
-# Without a paper value: ADVI's Gaussians on log-scale diverge at 0.5 on small problems; the paper
-# chose 0.1 for ADVI on three of four data sets.
-DEFAULT_ETA_BY_ESTIMATOR = {"advi": 0.1}
-# The sparse gamma DEF that simulates the "synthetic" data: the paper's priors (shape 0.1) give
-# rows that are almost all zeros with a few counts in the hundreds; these give counts of a few
-# units (about 40% zeros), images worth looking at. The fitted model keeps the paper's priors.
-SYNTHETIC_SPARSE_GAMMA = {
-    "alpha_z": 1.0,
-    "weight_shape": 0.3,
-    "weight_rate": 1.0,
-    "top_shape": 1.0,
-    "top_rate": 1.0,
-}
-# Options that do not change the result (left out of a run's identity).
-_NOT_IDENTITY = ("data_dir", "checkpoint_every", "checkpoint_seconds")
-
-
-@dataclasses.dataclass
-class RunConfig:
-    """Every option of one run.
-
-    Attributes:
-      model: "sparse-gamma-def" or "beta-gamma-mf".
-      dataset: "olivetti", "nips", "mnist", "omniglot", "synthetic" (simulated from the model)
-        or a path to a data file.
-      estimator: a registered estimator name ("grep", "bbvi", "advi", "implicit", "rsvi").
-      num_steps / time_budget: stop after this many iterations / seconds of training time
-        (at least one of them).
-      step_size: ``eta`` of Eq. 9 (None: the paper's value for this data set and estimator,
-        else 0.5).
-      num_samples: draws per gradient (None: the estimator's default; paper: 1, BBVI 30).
-      elbo_samples: draws of the ELBO reported per iteration, evaluated outside the timed
-        region (None: as in the paper, 20 for ADVI (1 on Omniglot) and 1 for BBVI; G-REP and
-        the others report the ELBO of their own gradient draw, which costs nothing extra).
-      eval_samples: posterior draws of the held-out log-likelihood (paper: 100).
-      refit_steps: iterations fitting the test rows' local latents (``q(W)`` fixed).
-      refit_step_size: ``eta`` of that refit (None: the training ``step_size``).
-      refit_estimator: estimator of that refit (None: the training one, except G-REP for BBVI:
-        the same family and objective, two orders of magnitude cheaper per step).
-      chunk_size: iterations per compiled chunk (also: how often the perplexity is computed).
-      elbo_every: with ``elbo_samples``, evaluate that ELBO every iteration (1, the paper) or
-        once per ``elbo_every`` iterations (a multiple of ``chunk_size``; 20 draws of the log
-        joint cost ADVI several times its own step).
-      compute_variance: record the average gradient variance (needs ``num_samples > 1``).
-      tolerance: the default procedure's stopping accuracy in posterior standard deviations
-        (None: ``AdaptiveSettings.tolerance``); unused with ``step_size``.
-    """
-
-    model: str
-    dataset: str
-    estimator: str
-    num_steps: int | None = None
-    time_budget: float | None = None
-    step_size: float | None = None
-    num_samples: int | None = None
-    elbo_samples: int | None = None
-    seed: int = 0
-    data_dir: str | None = None
-    layer_sizes: tuple[int, ...] = (100, 40, 15)
-    num_factors: int = 100
-    eval_samples: int = 100
-    refit_steps: int = 2000  # Olivetti: 500 steps gave -5.60 +- 3.19, 2000 -4.53, 5000 -4.45
-    refit_step_size: float | None = None
-    refit_estimator: str | None = None
-    chunk_size: int = 10
-    elbo_every: int = 1
-    compute_variance: bool = False
-    tolerance: float | None = None
-    synthetic_size: tuple[int, int, int] = (100, 25, 64)
-    checkpoint_every: int = 0
-    checkpoint_seconds: float = 60.0
-
-    def validate(self) -> "RunConfig":
-        """Checks every option; returns a copy with the defaults resolved."""
-        config = dataclasses.replace(self)
-        if config.model not in MODELS:
-            raise ConfigError(f"--model: unknown model {config.model!r}; expected one of {', '.join(MODELS)}")
-        from grepvi.estimators import estimator_names
-
-        if config.estimator not in estimator_names():
-            raise ConfigError(
-                f"--estimator: unknown estimator {config.estimator!r}; "
-                f"expected one of {', '.join(ESTIMATORS)}"
-            )
-        if config.num_steps is None and config.time_budget is None and config.step_size is not None:
-            raise ConfigError("with --step-size, give --num-steps N or --time-budget SECONDS (or both)")
-        if config.tolerance is not None:
-            config.tolerance = _positive_float(config.tolerance, "--tolerance")
-        if config.num_steps is not None:
-            config.num_steps = _positive_int(config.num_steps, "--num-steps")
-        if config.time_budget is not None:
-            config.time_budget = _positive_float(config.time_budget, "--time-budget")
-        if config.step_size is not None:  # the paper's Eq. 9 with this eta; None: the default procedure
-            config.step_size = _positive_float(config.step_size, "--step-size")
-        if config.num_samples is not None:
-            config.num_samples = _positive_int(config.num_samples, "--num-samples")
-        if config.elbo_samples is None and config.step_size is None:
-            pass  # the default procedure reports the estimator's own ELBO (no extra draws)
-        elif config.elbo_samples is None and config.estimator == "advi":
-            config.elbo_samples = 1 if str(config.dataset).lower() == "omniglot" else 20
-        if config.elbo_samples is None and config.estimator == "bbvi":
-            config.elbo_samples = 1  # the paper's one draw, not the mean over BBVI's 30 gradient draws
-        if config.elbo_samples is not None:
-            config.elbo_samples = _positive_int(config.elbo_samples, "--elbo-samples")
-        config.seed = _non_negative_int(config.seed, "--seed")
-        config.eval_samples = _positive_int(config.eval_samples, "--eval-samples")
-        config.refit_steps = _non_negative_int(config.refit_steps, "--refit-steps")
-        if config.refit_step_size is None:
-            config.refit_step_size = config.step_size
-        if config.refit_step_size is not None:
-            config.refit_step_size = _positive_float(config.refit_step_size, "--refit-step-size")
-        if config.refit_estimator is None:
-            config.refit_estimator = "grep" if config.estimator == "bbvi" else config.estimator
-        if config.refit_estimator not in estimator_names():
-            raise ConfigError(
-                f"--refit-estimator: unknown estimator {config.refit_estimator!r}; "
-                f"expected one of {', '.join(ESTIMATORS)}"
-            )
-        config.chunk_size = _positive_int(config.chunk_size, "--chunk-size")
-        config.elbo_every = _positive_int(config.elbo_every, "--elbo-every")
-        if config.elbo_every != 1 and config.elbo_every % config.chunk_size:
-            raise ConfigError(
-                f"--elbo-every: expected 1 or a multiple of --chunk-size ({config.chunk_size}), "
-                f"found {config.elbo_every}"
-            )
-        config.layer_sizes = tuple(_positive_int(k, "--layer-sizes") for k in _as_tuple(config.layer_sizes))
-        if not config.layer_sizes:
-            raise ConfigError("--layer-sizes: expected at least one layer, e.g. 100,40,15")
-        config.num_factors = _positive_int(config.num_factors, "--num-factors")
-        config.synthetic_size = tuple(
-            _positive_int(k, "synthetic size") for k in _as_tuple(config.synthetic_size)
-        )
-        if len(config.synthetic_size) != 3:
-            raise ConfigError("synthetic size: expected (train rows, test rows, columns)")
-        config.checkpoint_every = _non_negative_int(config.checkpoint_every, "--checkpoint-every")
-        config.checkpoint_seconds = float(config.checkpoint_seconds)
-        if not config.checkpoint_seconds >= 0:
-            raise ConfigError(
-                f"--checkpoint-seconds: expected a number >= 0, found {self.checkpoint_seconds!r}"
-            )
-        if config.compute_variance and (config.num_samples or 1) < 2 and config.estimator != "bbvi":
-            raise ConfigError("the gradient variance needs --num-samples of at least 2")
-        return config
-
-    def options(self) -> dict:
-        return {
-            key: (list(value) if isinstance(value, tuple) else value)
-            for key, value in dataclasses.asdict(self).items()
-        }
-
-    def identity(self) -> dict:
-        """The options that determine the result (``config.json``'s ``identity``)."""
-        options = self.options()
-        if self.model == "sparse-gamma-def":
-            options.pop("num_factors")
-        else:
-            options.pop("layer_sizes")
-        if str(self.dataset).lower() != SYNTHETIC:
-            options.pop("synthetic_size")
-        for key in _NOT_IDENTITY:
-            options.pop(key, None)
-        return options
-
-
-# --- building blocks ----------------------------------------------------------------------------
-
-
-def _as_tuple(value):
-    if isinstance(value, str):
-        try:
-            return tuple(int(part) for part in value.split(",") if part.strip())
-        except ValueError as error:
-            raise ConfigError(f"expected comma-separated integers, found {value!r}") from error
-    if isinstance(value, int | np.integer):
-        return (int(value),)
-    return tuple(value)
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool):
-        raise ConfigError(f"{name}: expected a positive integer, found {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{name}: expected a positive integer, found {value!r}") from error
-    if not math.isfinite(number) or number != int(number) or number < 1:
-        raise ConfigError(f"{name}: expected a positive integer, found {value!r}")
-    return int(number)
-
-
-def _non_negative_int(value, name):
-    if value == 0 and not isinstance(value, bool):
-        return 0
-    return _positive_int(value, name.replace("positive", "non-negative"))
-
-
-def _positive_float(value, name):
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{name}: expected a positive number, found {value!r}") from error
-    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
-        raise ConfigError(f"{name}: expected a positive number, found {value!r}")
-    return number
-
-
-_LIKELIHOOD = {"sparse-gamma-def": "poisson", "beta-gamma-mf": "bernoulli"}
-
 
 def _builder(config: RunConfig):
-    from grepvi.models import beta_gamma_mf, sparse_gamma_def
-
-    if config.model == "sparse-gamma-def":
-        return lambda data: sparse_gamma_def(data, layer_sizes=config.layer_sizes)
-    return lambda data: beta_gamma_mf(data, num_factors=config.num_factors)
+    spec = get_model_spec(config.model)
+    return lambda data: spec.build(data, config)
 
 
 def _synthetic(config: RunConfig):
     """Train/test rows simulated from the model's prior (``Model.sample``), shared weights."""
     from grepvi.data import Dataset
-    from grepvi.models import beta_gamma_mf, sparse_gamma_def
 
+    spec = get_model_spec(config.model)
     num_train, num_test, num_columns = config.synthetic_size
     zeros = np.zeros((num_train + num_test, num_columns), np.float32)
-    if config.model == "sparse-gamma-def":
-        model = sparse_gamma_def(zeros, layer_sizes=config.layer_sizes, **SYNTHETIC_SPARSE_GAMMA)
-    else:
-        model = beta_gamma_mf(zeros, num_factors=config.num_factors)
+    model = spec.build(zeros, config, spec.synthetic_hyperparameters)
     data, _ = model.sample(jax.random.fold_in(jax.random.key(config.seed), 2016))
     data = np.asarray(data, np.float32)
     side = int(round(math.sqrt(num_columns)))
@@ -315,7 +85,7 @@ def _synthetic(config: RunConfig):
         name=SYNTHETIC,
         train=data[:num_train],
         test=data[num_train:],
-        likelihood=_LIKELIHOOD[config.model],
+        likelihood=spec.likelihood,
         image_shape=(side, side) if side * side == num_columns else None,
         heldout_entries=False,
         info={
@@ -334,13 +104,13 @@ def load_data(config: RunConfig):
         return _synthetic(config)
     from grepvi.data import DATASET_NAMES, load_dataset
 
-    expected = _LIKELIHOOD[config.model]
+    expected = get_model_spec(config.model).likelihood
     # A file's values are checked against the model's likelihood, not one inferred from them.
     options = {} if str(config.dataset).lower() in DATASET_NAMES else {"likelihood": expected}
     dataset = load_dataset(config.dataset, config.data_dir, seed=config.seed, **options)
     if dataset.likelihood != expected:
         raise DataError(
-            f"--dataset {config.dataset}: the {config.model} model needs {expected} data, found "
+            f"dataset {config.dataset}: the {config.model} model needs {expected} data, found "
             f"{dataset.likelihood} data (use the "
             f"{'beta-gamma-mf' if expected == 'poisson' else 'sparse-gamma-def'} model)"
         )
@@ -566,7 +336,7 @@ def fit_run(
         write_json(directory.file(METRICS_FILE), metrics)
         raise RunInterrupted(
             f"interrupted at iteration {metrics['iterations']}; checkpoint and metrics so far written to "
-            f"{out}; continue with the same command and --resume"
+            f"{out}; continue with the same call and resume=True"
         )
 
     save_params(directory.file(PARAMS_FILE), result.state.params)
@@ -706,7 +476,7 @@ def eta_search(
 
     Returns the chosen run's folder and ``{eta: final ELBO}``; writes ``out/eta_search.json``.
     """
-    etas = tuple(_positive_float(eta, "--etas") for eta in etas)
+    etas = tuple(_positive_float(eta, "etas") for eta in etas)
     plans = [(dataclasses.replace(config, step_size=eta), _eta_dir(out, eta)) for eta in etas]
     if not checked:
         _check_all(plans, resume, overwrite)
@@ -749,9 +519,9 @@ def compare(
 
     estimators = [name.strip() for name in estimators if name.strip()]
     if not estimators:
-        raise ConfigError("--estimators: expected a comma-separated list, e.g. grep,advi,bbvi")
+        raise ConfigError("estimators: expected a comma-separated list, e.g. grep,advi,bbvi")
     if len(set(estimators)) != len(estimators):
-        raise ConfigError(f"--estimators: repeated names in {','.join(estimators)}")
+        raise ConfigError(f"estimators: repeated names in {','.join(estimators)}")
     plans = []
     for name in estimators:
         run_config = dataclasses.replace(config, estimator=name)
@@ -793,7 +563,7 @@ def samples_sweep(
     """
     from grepvi import report
 
-    counts = [_positive_int(count, "--sample-counts") for count in sample_counts]
+    counts = [_positive_int(count, "sample_counts") for count in sample_counts]
     plans = [
         (
             dataclasses.replace(config, num_samples=count, compute_variance=count > 1),

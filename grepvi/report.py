@@ -44,45 +44,7 @@ LABELS = {"grep": "G-REP", "bbvi": "BBVI", "advi": "ADVI", "implicit": "implicit
 COLORS = {"grep": "#1f77b4", "bbvi": "#2ca02c", "advi": "#d62728", "implicit": "#9467bd", "rsvi": "#ff7f0e"}
 DATASET_LABELS = {"olivetti": "Olivetti", "nips": "NIPS", "mnist": "MNIST", "omniglot": "Omniglot"}
 
-# The paper's numbers (Table 1 and Figure 2b).
-PAPER = {
-    "test_loglik": {
-        ("olivetti", "grep"): "-4.48 ± 0.01",
-        ("olivetti", "bbvi"): "-9.74 ± 0.08",
-        ("olivetti", "advi"): "-4.63 ± 0.01",
-        ("mnist", "grep"): "-0.0932 ± 0.0004",
-        ("mnist", "bbvi"): "-0.0888 ± 0.0004",
-        ("mnist", "advi"): "-0.189 ± 0.009",
-        ("omniglot", "grep"): "-0.0472 ± 0.0001",
-        ("omniglot", "advi"): "-0.0823 ± 0.0009",
-    },
-    "time_per_iteration": {
-        ("olivetti", "grep"): 0.46,
-        ("olivetti", "bbvi"): 12.90,
-        ("olivetti", "advi"): 0.17,
-        ("nips", "grep"): 0.83,
-        ("nips", "bbvi"): 20.95,
-        ("nips", "advi"): 0.25,
-        ("mnist", "grep"): 1.09,
-        ("mnist", "bbvi"): 25.99,
-        ("mnist", "advi"): 0.34,
-        ("omniglot", "grep"): 5.50,
-        ("omniglot", "advi"): 4.10,
-    },
-    "eta": {
-        ("olivetti", "grep"): 5,
-        ("olivetti", "bbvi"): 1,
-        ("olivetti", "advi"): 0.1,
-        ("nips", "grep"): 0.5,
-        ("nips", "bbvi"): 5,
-        ("nips", "advi"): 1,
-        ("mnist", "grep"): 5,
-        ("mnist", "bbvi"): 5,
-        ("mnist", "advi"): 0.1,
-        ("omniglot", "grep"): 5,
-        ("omniglot", "advi"): 0.1,
-    },
-}
+from grepvi.paper import PAPER  # noqa: E402 - the paper's numbers live in one place
 
 
 class RunRecord(NamedTuple):

@@ -364,19 +364,21 @@ class RunDirectory:
         Returns "fresh" (empty or new folder, or ``overwrite``) or "resume".
         """
         if resume and overwrite:
-            raise ConfigError("--resume and --overwrite exclude each other; pass one of them")
+            raise ConfigError("resume=True and overwrite=True exclude each other; pass one of them")
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"output {str(self.path)!r}: expected a folder, found a file")
         if not self.holds_run():
             if resume:
-                raise ConfigError(f"--resume: {str(self.path)!r} holds no run to resume (no {CONFIG_FILE})")
+                raise ConfigError(
+                    f"resume=True: {str(self.path)!r} holds no run to resume (no {CONFIG_FILE})"
+                )
             return "fresh"
         if overwrite:
             return "fresh"
         config_path = self.file(CONFIG_FILE)
         if not config_path.exists():
             raise ConfigError(
-                f"output {str(self.path)!r} holds files of a run but no {CONFIG_FILE}; pass --overwrite "
+                f"output {str(self.path)!r} holds files of a run but no {CONFIG_FILE}; pass overwrite=True "
                 "to replace them or choose another --out"
             )
         old = read_json(config_path).get("identity", {})
@@ -384,13 +386,13 @@ class RunDirectory:
         if not resume:
             what = "a different run" if differences else "a run with this configuration"
             raise ConfigError(
-                f"output {str(self.path)!r} already holds {what}; pass --resume to continue it"
-                f"{'' if differences else ''} or --overwrite to replace it, or choose another --out"
+                f"output {str(self.path)!r} already holds {what}; pass resume=True to continue it "
+                "or overwrite=True to replace it, or choose another output folder"
                 + (f" (differences: {'; '.join(differences)})" if differences else "")
             )
         if differences:
             raise ConfigError(
-                f"--resume: {str(self.path)!r} holds a run with another configuration; "
+                f"resume=True: {str(self.path)!r} holds a run with another configuration; "
                 f"differences: {'; '.join(differences)}. "
                 "Pass --overwrite to replace it or use the same options"
             )
@@ -444,7 +446,7 @@ class RunDirectory:
                 trace = {n[len("trace__") :]: data[n] for n in data.files if n.startswith("trace__")}
         except (OSError, ValueError, KeyError) as error:
             raise ConfigError(
-                f"{path}: unreadable checkpoint ({error}); pass --overwrite to start again"
+                f"{path}: unreadable checkpoint ({error}); pass overwrite=True to start again"
             ) from error
         differences = _differences(meta.get("identity", {}), identity)
         if differences:
@@ -542,10 +544,10 @@ def train(
         chunks).
     """
     if num_steps is None and time_budget is None:
-        raise ConfigError("give a number of steps (--num-steps) or a time budget (--time-budget)")
+        raise ConfigError("give a number of steps (num_steps) or a time budget (time_budget)")
     if elbo_fn is not None and elbo_every != 1 and elbo_every % chunk_size:
         raise ConfigError(
-            f"--elbo-every: expected 1 or a multiple of --chunk-size {chunk_size}, found {elbo_every}"
+            f"elbo_every: expected 1 or a multiple of chunk_size {chunk_size}, found {elbo_every}"
         )
     from grepvi.errors import NumericalError
     from grepvi.inference import run_chunks

@@ -221,7 +221,7 @@ def test_checkpoint_from_another_configuration_is_refused(fitted, tmp_path, caps
     capsys.readouterr()
     assert _fit(victim, "--num-steps", "20", "--resume") == 2
     err = capsys.readouterr().err
-    assert "checkpoint comes from another configuration" in err and "step_size" in err
+    assert "checkpoint comes from another configuration" in err and "--step-size" in err
     assert _digest(victim) == before
 
 

@@ -143,7 +143,7 @@ def test_time_budget_stops_at_a_chunk_boundary():
         progress=False,
     )
     assert int(result.state.iteration) == 10 and result.finished
-    with pytest.raises(ConfigError, match="--num-steps"):
+    with pytest.raises(ConfigError, match="num_steps"):
         runs.train(
             state,
             target,
@@ -163,7 +163,7 @@ def test_run_directory_rules(tmp_path):
         directory.check({"a": 1}, resume=True, overwrite=False)
     directory.prepare()
     runs.write_json(directory.file("config.json"), {"identity": {"a": 1}})
-    with pytest.raises(ConfigError, match="already holds a run with this configuration; pass --resume"):
+    with pytest.raises(ConfigError, match="already holds a run with this configuration; pass resume=True"):
         directory.check({"a": 1}, resume=False, overwrite=False)
     with pytest.raises(ConfigError, match="already holds a different run.*a: 1 there, 2 now"):
         directory.check({"a": 2}, resume=False, overwrite=False)
