@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grepvi import runs
+from grepvi import run_files, runs
 from grepvi.errors import ConfigError
 from grepvi.estimators import Target, get_estimator
 from grepvi.families import Gamma
@@ -32,7 +32,7 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(runs.os, "replace", broken_replace)
+    monkeypatch.setattr(run_files.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
         runs.atomic_write_bytes(path, b"new")
     assert path.read_bytes() == b"old"
