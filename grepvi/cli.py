@@ -314,7 +314,7 @@ def _print_metrics(metrics: dict, out) -> None:
 
 
 def _run(args) -> int:
-    from grepvi import experiments, report
+    from grepvi import experiments, report, studies
 
     if args.command == "fit":
         metrics = experiments.fit_run(
@@ -326,7 +326,7 @@ def _run(args) -> int:
         )
         _print_metrics(metrics, args.out)
     elif args.command == "compare":
-        summary = experiments.compare(
+        summary = studies.compare(
             _config(args, args.estimators[0] if args.estimators else "grep"),
             args.estimators,
             args.out,
@@ -342,7 +342,7 @@ def _run(args) -> int:
         config = _config(args, args.estimator)
         if config.num_steps is None and config.time_budget is None:
             config.num_steps = 200
-        summary = experiments.samples_sweep(
+        summary = studies.samples_sweep(
             config,
             args.sample_counts,
             args.out,
@@ -352,7 +352,7 @@ def _run(args) -> int:
         )
         print(summary["markdown"])
     elif args.command == "demo":
-        summary = experiments.demo(
+        summary = studies.demo(
             args.out,
             estimators=args.estimators,
             seed=args.seed,
