@@ -90,7 +90,18 @@ def advi_stepsize(
     This is the paper's schedule, run when a step size is given explicitly (``fit(...,
     step_size=eta)``, ``--step-size``); ``past_only`` is the variant that scales each step by
     the previous gradients only (see :func:`scale_by_advi_stepsize`).
+
+    ``eta`` lives in the optimizer's state (``optax.inject_hyperparams``), not in the compiled
+    program: runs that differ only in ``eta`` (the eta search of Table 1) share one program,
+    and a run's ``eta`` can be changed between steps
+    (``state.hyperparams["learning_rate"]``).
     """
+    return optax.inject_hyperparams(_advi_chain, static_args=("tau", "gamma", "kappa", "past_only"))(
+        learning_rate=learning_rate, tau=tau, gamma=gamma, kappa=kappa, past_only=past_only
+    )
+
+
+def _advi_chain(learning_rate, tau, gamma, kappa, past_only):
     return optax.chain(
         scale_by_advi_stepsize(tau=tau, gamma=gamma, kappa=kappa, past_only=past_only),
         optax.scale_by_learning_rate(learning_rate),

@@ -94,7 +94,7 @@ def test_step_updates_only_the_batch_rows():
     before, after = np.asarray(state.params["z1"]["mean"]), np.asarray(new.params["z1"]["mean"])
     assert set(np.flatnonzero(np.any(after != before, 1)).tolist()) == rows
     assert np.all(np.asarray(new.params["W0"]["mean"]) != np.asarray(state.params["W0"]["mean"]))
-    assert int(new.local_opt_state[0].count) == 1
+    assert int(new.local_opt_state.inner_state[0].count) == 1
 
 
 def test_bad_batch_size():
