@@ -16,7 +16,8 @@ import optax
 
 from grepvi import experiments
 from grepvi.adaptive import AdaptiveSettings, Candidate, run_adaptive
-from grepvi.inference import init, make_window, step
+from grepvi.inference import init, step
+from grepvi.loop import make_window
 
 
 def main(argv=None):

@@ -25,7 +25,8 @@ from grepvi.families import (
     Posterior,
     SimplexNormal,
 )
-from grepvi.inference import FitResult, StepInfo, Trace, VIState, fit, init, make_target, step
+from grepvi.fitting import FitResult, fit
+from grepvi.inference import StepInfo, Trace, VIState, init, make_target, step
 from grepvi.models import Factor, Model, beta_gamma_mf, log_joint, sparse_gamma_def
 from grepvi.optim import advi_stepsize, scale_by_advi_stepsize
 

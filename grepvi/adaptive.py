@@ -5,7 +5,7 @@ The design follows RAABBVI (Welandawe, Andersen, Vehtari & Huggins 2022) and FAS
 Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), with Stan's step-size adaptation
 (Kucukelbir et al. 2017) turned into a choice between update rules:
 
-0. **Trial.** Each candidate rule (``grepvi.inference.adaptive_candidates``: natural-gradient
+0. **Trial.** Each candidate rule (``grepvi.fitting.adaptive_candidates``: natural-gradient
    steps with a KL trust region where every family has a closed-form Fisher information, and
    Adam) runs ``trial_windows`` windows from the same start; the one with the higher median
    ELBO in its last window is kept (ties within two standard errors go to the first), and

@@ -32,7 +32,8 @@ import numpy as np
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import Estimator, Target, bind_data, total_entropy
 from grepvi.families.base import Family
-from grepvi.inference import VIState, run_chunks
+from grepvi.inference import VIState
+from grepvi.loop import run_chunks
 from grepvi.optim import advi_stepsize
 
 __all__ = [
@@ -267,7 +268,7 @@ def drawing_globals(estimator: Estimator, global_families: dict) -> Estimator:
 
 def _refit_default(rng_key, target, refit_data, local_families, global_families, drawing, num_steps):
     from grepvi.adaptive import AdaptiveSettings, run_adaptive
-    from grepvi.inference import adaptive_candidates
+    from grepvi.fitting import adaptive_candidates
 
     names = tuple(sorted(local_families))
     if num_steps == 0:

@@ -26,7 +26,8 @@ from grepvi.adaptive import AdaptiveSettings, get_step_size
 from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
 from grepvi.errors import DataError
 from grepvi.estimators.base import get_estimator
-from grepvi.inference import DEFAULT_MAX_STEPS, _check_target, adaptive_candidates, init
+from grepvi.fitting import DEFAULT_MAX_STEPS, adaptive_candidates
+from grepvi.inference import _check_target, init
 from grepvi.models.registry import get_model_spec
 from grepvi.optim import advi_stepsize
 from grepvi.paper import ETA_GRID, PAPER_ETA

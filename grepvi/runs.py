@@ -1,7 +1,7 @@
 """A resumable training loop for a run folder (files: :mod:`grepvi.run_files`).
 
 The loop (:func:`train`) runs the inference step under ``jax.lax.scan`` in chunks of a FIXED
-size (:func:`grepvi.inference.run_chunks`) and only stops, checkpoints or evaluates at chunk
+size (:func:`grepvi.loop.run_chunks`) and only stops, checkpoints or evaluates at chunk
 boundaries, and every random key comes from the state itself (``VIState.rng_key``, split once
 per step). So the sequence of steps does not depend on when the run was stopped: a run killed
 at any point and resumed from its last checkpoint ends with bitwise the same parameters (on the
@@ -163,7 +163,7 @@ def train(
             f"elbo_every: expected 1 or a multiple of chunk_size {chunk_size}, found {elbo_every}"
         )
     from grepvi.errors import NumericalError
-    from grepvi.inference import run_chunks
+    from grepvi.loop import run_chunks
 
     keep_params = elbo_fn is not None and elbo_every == 1
     start_iteration = int(state.iteration)
@@ -296,7 +296,7 @@ def train_adaptive(
     the answer (the averaged iterate where one was formed).
     """
     from grepvi.adaptive import run_adaptive
-    from grepvi.inference import _trial_display
+    from grepvi.fitting import _trial_display
 
     bar = None
     if progress:

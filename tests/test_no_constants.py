@@ -150,7 +150,8 @@ def test_minibatch_and_perplexity_programs_take_the_data_as_an_argument(programs
 
 def test_runs_that_differ_in_eta_share_one_program():
     """Eq. 9's eta is in the optimizer state: the eta search of Table 1 compiles one program."""
-    from grepvi.inference import chunk_program, init
+    from grepvi.inference import init
+    from grepvi.loop import chunk_program
 
     model = sparse_gamma_def(
         np.random.default_rng(1).poisson(1.0, (8, 6)).astype(np.float32), layer_sizes=(2,)
