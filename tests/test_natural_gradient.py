@@ -156,9 +156,9 @@ def test_past_only_eq9_scales_by_the_previous_gradients():
 def test_doctests_of_fit_and_step_sizes():
     import doctest
 
-    import grepvi.inference
+    import grepvi.fitting
     import grepvi.optim
 
-    for module in (grepvi.inference, grepvi.optim):
+    for module in (grepvi.fitting, grepvi.optim):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module

@@ -158,3 +158,14 @@ def test_two_processes_reproduce_one_process(tmp_path):
     assert sorted(reference.files) == sorted(distributed.files) and len(reference.files) == 4
     for name in reference.files:
         np.testing.assert_allclose(distributed[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import grepvi.minibatch
+    import grepvi.sharding
+
+    for module in (grepvi.sharding, grepvi.minibatch):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module
