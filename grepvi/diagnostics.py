@@ -15,10 +15,11 @@ have finite variance for ``k < 1/2``, and Vehtari et al. (2024) read
 The GPD shape is estimated as in the loo R package and ArviZ (``arviz.stats._gpdfit``): the
 empirical-Bayes estimator of Zhang & Stephens (2009) with ``m = 30 + floor(sqrt(M))`` grid
 points, followed by the weakly informative prior of Vehtari et al. (2024, Appendix C) that
-shrinks ``k`` towards 0.5 with weight 10 draws. ArviZ is not a dependency of grepvi (it brings
-xarray, pandas and netCDF libraries), so the 25 lines are reimplemented here;
-``tests/test_diagnostics.py`` checks them against GPD draws of known shape and against
-``scipy.stats.genpareto.fit``.
+shrinks ``k`` towards 0.5 with weight 10 draws. ArviZ is an optional extra of grepvi (it brings
+xarray, pandas and netCDF libraries): :func:`pareto_k` uses ArviZ's ``psislw`` when ArviZ is
+installed (``method="auto"``), and these 25 lines, reimplemented here, otherwise;
+``tests/test_diagnostics.py`` checks them against GPD draws of known shape, against
+``scipy.stats.genpareto.fit`` and (with the extra) against ArviZ.
 
 References:
   J. Zhang and M. A. Stephens, "A new and efficient estimation method for the generalized
@@ -138,7 +139,9 @@ def log_importance_ratios(logdensity_fn, families, params, rng_key, num_draws: i
     return jax.jit(ratios)(latents, params, data)
 
 
-def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000, data=None) -> ParetoK:
+def pareto_k(
+    logdensity_fn, families, params, rng_key, num_draws: int = 4000, data=None, method: str = "auto"
+) -> ParetoK:
     """PSIS Pareto ``k`` of the approximation ``q(z; params)`` to ``p(z | x)``.
 
     Args:
@@ -148,6 +151,8 @@ def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000, da
       rng_key: a ``jax.random`` key.
       num_draws: draws from ``q`` (at least 100; Vehtari et al. use 4,000 or more).
       data: the data pytree of a ``logdensity_fn(latents, data)`` (a model's).
+      method: ``"arviz"`` (ArviZ's ``psislw``), ``"grepvi"`` (the fit of this module) or
+        ``"auto"``: ArviZ when it is installed.
 
     Returns:
       :class:`ParetoK`; ``k < 0.7`` reads as reliable.
@@ -162,5 +167,24 @@ def pareto_k(logdensity_fn, families, params, rng_key, num_draws: int = 4000, da
       >>> pareto_k(logdensity_fn, families, params, jax.random.key(0)).reliable
       False
     """
-    log_ratios = log_importance_ratios(logdensity_fn, families, params, rng_key, int(num_draws), data)
-    return pareto_k_from_log_ratios(np.asarray(log_ratios))
+    if method not in ("auto", "arviz", "grepvi"):
+        raise ConfigError(f"method: expected 'auto', 'arviz' or 'grepvi', found {method!r}")
+    log_ratios = np.asarray(
+        log_importance_ratios(logdensity_fn, families, params, rng_key, int(num_draws), data)
+    )
+    ours = pareto_k_from_log_ratios(log_ratios)
+    if method == "grepvi" or not math.isfinite(ours.k):
+        return ours
+    try:
+        from grepvi.arviz_io import psis_pareto_k
+    except ImportError:
+        if method == "arviz":
+            raise
+        return ours
+    try:
+        k = psis_pareto_k(log_ratios)
+    except ImportError:
+        if method == "arviz":
+            raise
+        return ours
+    return ParetoK(k, math.nan, ours.tail_length, ours.num_draws, k < reliability_threshold(ours.num_draws))

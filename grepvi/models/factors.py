@@ -160,7 +160,18 @@ def _check_axes(axes, what: str) -> tuple[str, ...]:
 
 
 def _used_inputs(closed_jaxpr, names: Sequence[str]) -> tuple[str, ...]:
-    """The names of the flattened inputs that some equation (or the output) reads."""
+    """The names of the flattened inputs the output depends on.
+
+    Dead code is eliminated first (``dce_jaxpr``): a factor that computes more than it returns
+    (a NumPyro model's whole trace, of which a factor keeps one site) depends only on what its
+    output reads. Without JAX's DCE (a private API), any input some equation reads counts."""
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+
+        _, used = dce_jaxpr(closed_jaxpr.jaxpr, [True] * len(closed_jaxpr.jaxpr.outvars))
+        return tuple(name for name, flag in zip(names, used, strict=True) if flag)
+    except (ImportError, TypeError, ValueError):  # pragma: no cover - JAX internals changed
+        pass
     by_id = {id(var): name for var, name in zip(closed_jaxpr.jaxpr.invars, names, strict=True)}
     used = set()
     for eqn in closed_jaxpr.jaxpr.eqns:
@@ -199,6 +210,7 @@ def log_joint(
     event_ndims: Mapping[str, int] | None = None,
     data_axes: Mapping[str, Sequence[str]] | None = None,
     data_dtypes: Mapping[str, Any] | None = None,
+    data_example: Any = None,
 ) -> LogJoint:
     """Builds the log joint and the local log joints of a model given as factors.
 
@@ -213,6 +225,9 @@ def log_joint(
       data_axes: each data array's name mapped to its axes (the observation axis ``"n"``
         first); the factors read ``data[name]``.
       data_dtypes: dtypes of data arrays that are not float32.
+      data_example: instead of ``data_axes``, any pytree of arrays (or
+        ``jax.ShapeDtypeStruct``) shaped like the data the functions will get: the factors
+        are traced on its shapes (used for NumPyro models, whose data are their arguments).
 
     Returns:
       A :class:`LogJoint`.
@@ -274,6 +289,10 @@ def log_joint(
         name: jax.ShapeDtypeStruct(tuple(sizes[axis] for axis in axes), data_dtypes.get(name, jnp.float32))
         for name, axes in data_axes.items()
     }
+    if data_example is not None:
+        data_placeholders = jax.tree_util.tree_map(
+            lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf), jnp.result_type(leaf)), data_example
+        )
     dependencies = {}
     for item in factors:
         axes = _check_axes(item.axes, f"factor {item.name!r}")
@@ -284,7 +303,7 @@ def log_joint(
             closed = jax.make_jaxpr(item.fn)(placeholders, data_placeholders)
         except Exception as error:  # noqa: BLE001 - report any failure of user code clearly
             shapes = {name: value.shape for name, value in placeholders.items()}
-            data_shapes = {name: value.shape for name, value in data_placeholders.items()}
+            data_shapes = jax.tree_util.tree_map(lambda leaf: leaf.shape, data_placeholders)
             raise ModelError(
                 f"factor {item.name!r} failed on latents of shapes {shapes} and data of shapes "
                 f"{data_shapes}: {type(error).__name__}: {error}"
@@ -313,7 +332,9 @@ def log_joint(
                 f"factor {item.name!r}: expected floating-point log-density terms, "
                 f"found dtype {outputs[0].dtype}"
             )
-        names = latent_names + tuple(f"data:{name}" for name in data_axes)
+        names = latent_names + tuple(
+            f"data:{i}" for i in range(len(jax.tree_util.tree_leaves(data_placeholders)))
+        )
         dependencies[item.name] = tuple(n for n in _used_inputs(closed, names) if n in latent_names)
     factors = tuple(item._replace(axes=tuple(item.axes)) for item in factors)
     blankets = {

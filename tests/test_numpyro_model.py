@@ -1,0 +1,201 @@
+"""NumPyro models in (grepvi.numpyro_model), ArviZ out (grepvi.arviz_io): optional extras.
+
+Skipped when NumPyro (or ArviZ, for its tests) is not installed.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+numpyro = pytest.importorskip("numpyro")
+dist = pytest.importorskip("numpyro.distributions")
+
+import grepvi  # noqa: E402
+from grepvi.errors import ModelError  # noqa: E402
+from grepvi.models import beta_gamma_mf, sparse_gamma_def  # noqa: E402
+from grepvi.numpyro_examples import beta_gamma_mf_model, sparse_gamma_def_model  # noqa: E402
+from grepvi.numpyro_model import from_numpyro  # noqa: E402
+
+
+def _point(model, seed=0):
+    families = model.latents()
+    keys = jax.random.split(jax.random.key(seed), len(families))
+    point = {}
+    for key, (name, family) in zip(keys, sorted(families.items()), strict=True):
+        params = family.init_params(key)
+        point[name] = family.sample(params, key)  # a random point of q: spread-out values
+        if isinstance(family, grepvi.Gamma):
+            point[name] = jnp.clip(point[name], 1e-3, 1e3)
+        else:
+            point[name] = jnp.clip(point[name], 1e-3, 1 - 1e-3)
+    return point
+
+
+@pytest.mark.parametrize("name", ["sparse_gamma_def", "beta_gamma_mf"])
+def test_the_paper_models_in_numpyro_have_grepvis_local_log_joints(name):
+    """The same model written in NumPyro: the same blankets (read off its plates) and the same
+    local log joint for every element of every latent, and the same log joint."""
+    rng = np.random.default_rng(0)
+    if name == "sparse_gamma_def":
+        x = rng.poisson(2.0, (7, 6)).astype(np.float32)
+        ours, theirs = (
+            sparse_gamma_def(x, layer_sizes=(4, 3)),
+            from_numpyro(sparse_gamma_def_model, x, (4, 3)),
+        )
+    else:
+        x = (rng.random((7, 6)) < 0.3).astype(np.float32)
+        ours, theirs = beta_gamma_mf(x, num_factors=3), from_numpyro(beta_gamma_mf_model, x, 3)
+    assert {n: f.shape for n, f in theirs.families.items()} == ours.latent_shapes
+    assert {n: type(f) for n, f in theirs.families.items()} == {n: type(f) for n, f in ours.latents().items()}
+    for latent, blanket in ours.joint.blankets.items():  # factor names differ: compare by latents read
+        read = {frozenset(ours.joint.dependencies[f]) for f in blanket}
+        # The NumPyro MF also has z's uniform prior as a site (log 1 = 0; grepvi's has no factor).
+        assert read <= {frozenset(theirs.joint.dependencies[f]) for f in theirs.joint.blankets[latent]}
+        assert len(theirs.joint.blankets[latent]) <= len(blanket) + 1
+    point = _point(ours)
+    local_ours = ours.local_logdensity_fn(point, ours.data)
+    local_theirs = jax.jit(theirs.local_logdensity_fn)(point, theirs.data)
+    for latent, value in local_ours.items():
+        np.testing.assert_allclose(local_theirs[latent], value, rtol=1e-5, atol=1e-3, err_msg=latent)
+    np.testing.assert_allclose(
+        theirs.logdensity_fn(point, theirs.data), ours.logdensity_fn(point, ours.data), rtol=1e-5
+    )
+
+
+def test_defaults_fit_a_numpyro_model_to_its_exact_posterior():
+    """Gamma-Poisson with a plate of observations: the posterior is Gamma(2 + sum x, 1 + N)."""
+    counts = jnp.array([3.0, 5.0, 4.0, 0.0, 7.0])
+
+    def model(counts):
+        rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+        with numpyro.plate("n", counts.shape[0]):
+            numpyro.sample("x", dist.Poisson(rate), obs=counts)
+
+    adapted = from_numpyro(model, counts)
+    assert adapted.joint.blankets == {"rate": ("rate", "x")}
+    result = adapted.fit(progress=False)
+    assert result.converged
+    posterior = result.posterior["rate"]
+    shape, rate = 2.0 + 19.0, 1.0 + 5.0
+    assert float(posterior.mean()) == pytest.approx(shape / rate, rel=0.02)
+    assert float(posterior.variance()) == pytest.approx(shape / rate**2, rel=0.05)
+
+
+def test_families_by_support_and_by_request():
+    def model():
+        numpyro.sample("positive", dist.Exponential(1.0))
+        numpyro.sample("unit", dist.Beta(2.0, 2.0))
+        numpyro.sample("simplex", dist.Dirichlet(jnp.ones(3)))
+        with numpyro.plate("i", 4):
+            numpyro.sample("real", dist.Normal(0.0, 1.0))
+
+    adapted = from_numpyro(model)
+    kinds = {name: type(family).__name__ for name, family in adapted.families.items()}
+    assert kinds == {"positive": "Gamma", "unit": "Beta", "simplex": "Dirichlet", "real": "Normal"}
+    assert adapted.families["real"].shape == (4,) and adapted.sites["real"].axes == ("i",)
+    assert adapted.joint.local_axes["simplex"] == ()  # one Dirichlet element: the event axis
+    chosen = from_numpyro(model, families={"positive": "lognormal"})
+    assert type(chosen.families["positive"]).__name__ == "LogNormal"
+
+
+def test_what_the_adapter_cannot_handle_is_named():
+    def discrete():
+        numpyro.sample("count", dist.Poisson(3.0))
+
+    with pytest.raises(ModelError, match="site 'count': a discrete latent site"):
+        from_numpyro(discrete)
+
+    def bounded():
+        numpyro.sample("u", dist.Uniform(-1.0, 2.0))
+
+    with pytest.raises(ModelError, match="site 'u': no variational family for the support"):
+        from_numpyro(bounded)
+
+    calls = []
+
+    def changing():
+        calls.append(1)
+        numpyro.sample("a", dist.Gamma(1.0, 1.0))
+        if len(calls) > 1:
+            numpyro.sample("extra", dist.Gamma(1.0, 1.0))
+
+    with pytest.raises(ModelError, match="site 'extra' appears in one trace"):
+        from_numpyro(changing)
+    with pytest.raises(ModelError, match="families: \\['nope'\\]"):
+        from_numpyro(bounded, families={"nope": "gamma"})
+
+
+def test_the_data_are_an_argument_of_the_programs():
+    """The model's arrays are its data: another data set of the same shape, same functions."""
+    x = np.random.default_rng(1).poisson(2.0, (5, 4)).astype(np.float32)
+    adapted = from_numpyro(sparse_gamma_def_model, x, (2,))
+    point = _point(sparse_gamma_def(x, layer_sizes=(2,)))
+    other = (x + 1.0,)
+    value = jax.jit(adapted.logdensity_fn)(point, other)
+    assert float(value) == pytest.approx(
+        float(
+            sparse_gamma_def(x + 1.0, layer_sizes=(2,)).logdensity_fn(
+                point, sparse_gamma_def(x + 1.0, layer_sizes=(2,)).data
+            )
+        ),
+        rel=1e-5,
+    )
+
+
+# --- ArviZ ---------------------------------------------------------------------------------------
+
+
+def test_a_fit_converts_to_inference_data_that_arviz_summarizes_and_plots():
+    az = pytest.importorskip("arviz")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from grepvi.arviz_io import to_inference_data
+
+    x = np.random.default_rng(2).poisson(2.0, (6, 4)).astype(np.float32)
+    model = sparse_gamma_def(x, layer_sizes=(2,))
+    result = grepvi.fit(
+        model.logdensity_fn,
+        model.latents(),
+        data=model.data,
+        local_logdensity_fn=model.local_logdensity_fn,
+        num_steps=20,
+        step_size=0.1,
+        progress=False,
+    )
+    data = to_inference_data(result, num_draws=200, latent_axes=model.latent_axes, observed={"x": x})
+    assert set(data.groups()) >= {"posterior", "sample_stats", "observed_data"}
+    assert data.posterior["z1"].dims == ("chain", "draw", "n", "k1")
+    assert data.posterior["W0"].dims == ("chain", "draw", "k1", "d")
+    assert data.posterior.sizes["draw"] == 200 and data.posterior.sizes["chain"] == 1
+    draws = data.posterior["W0"].values[0]
+    mean = np.asarray(result.posterior["W0"].mean())
+    std = np.sqrt(np.asarray(result.posterior["W0"].variance()))
+    assert np.all(np.abs(draws.mean(0) - mean) < 5 * std / np.sqrt(200) + 1e-6)  # draws from q
+    np.testing.assert_array_equal(data.sample_stats["elbo"].values[0], result.trace.elbo)
+    summary = az.summary(data, var_names=["W0"], kind="stats")
+    assert len(summary) == 2 * 4
+    import warnings
+
+    with warnings.catch_warnings():  # ArviZ 0.23 calls a matplotlib API deprecated in 3.11
+        warnings.simplefilter("ignore", DeprecationWarning)
+        axes = az.plot_posterior(data, var_names=["W0"], coords={"k1": [0], "d": [0, 1]})
+    assert np.size(axes) == 2
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_pareto_k_from_arviz_agrees_with_grepvis_own():
+    pytest.importorskip("arviz")
+
+    def logdensity_fn(z):
+        return -0.5 * jnp.sum(z["x"] ** 2)
+
+    narrow = grepvi.Normal(shape=(5,), init_scale=0.3)
+    params = {"x": narrow.init_params()}
+    ours = grepvi.pareto_k(logdensity_fn, {"x": narrow}, params, jax.random.key(0), method="grepvi")
+    theirs = grepvi.pareto_k(logdensity_fn, {"x": narrow}, params, jax.random.key(0), method="arviz")
+    assert not theirs.reliable and not ours.reliable
+    assert theirs.k == pytest.approx(ours.k, abs=0.05)
