@@ -7,7 +7,7 @@ DATA_DIR ?= $(abspath ../shared/data)
 $(BIN)/grepvi: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,numpyro,arviz]'
 	@touch $@
 
 .PHONY: demo test test-all lint format bench peers

@@ -1,7 +1,7 @@
 """The paper's models written as ordinary NumPyro models (for :mod:`grepvi.numpyro_model`).
 
 They are the same models as :func:`grepvi.models.sparse_gamma_def` and
-:func:`grepvi.models.beta_gamma_mf` (same densities, same plates as axis names), so that
+:func:`grepvi.models.beta_gamma_mf` (same densities; plates name the axes, each plate at one dim as NumPyro's autoguides need), so that
 ``from_numpyro(sparse_gamma_def_model, x)`` and grepvi's named-axis DEF have the same local
 log joints (``tests/test_numpyro_model.py``), and a Poisson factorization of the kind found in
 NumPyro's examples (positive latents). NumPyro is an optional extra.
@@ -30,10 +30,13 @@ def sparse_gamma_def_model(
     sizes = tuple(layer_sizes)
     num_layers = len(sizes)
     weights = {}
-    with numpyro.plate("k1", sizes[0], dim=-2), numpyro.plate("d", num_dimensions, dim=-1):
+    # Each plate keeps one dim (as NumPyro's autoguides require): the rows of a weight matrix get
+    # a plate of their own ("W0_rows"); the axis it stands for is contracted by the matmul, so
+    # its name does not change any Markov blanket.
+    with numpyro.plate("W0_rows", sizes[0], dim=-2), numpyro.plate("d", num_dimensions, dim=-1):
         weights[0] = numpyro.sample("W0", dist.Gamma(weight_shape, weight_rate))
     for l in range(1, num_layers):
-        with numpyro.plate(f"k{l + 1}", sizes[l], dim=-2), numpyro.plate(f"k{l}", sizes[l - 1], dim=-1):
+        with numpyro.plate(f"W{l}_rows", sizes[l], dim=-2), numpyro.plate(f"k{l}", sizes[l - 1], dim=-1):
             weights[l] = numpyro.sample(f"W{l}", dist.Gamma(weight_shape, weight_rate))
     with numpyro.plate("n", num_observations, dim=-2):
         with numpyro.plate(f"k{num_layers}", sizes[-1], dim=-1):
@@ -54,7 +57,7 @@ def beta_gamma_mf_model(x, num_factors=100, weight_shape=0.1, weight_rate=0.3):
     import numpyro.distributions as dist
 
     num_observations, num_dimensions = x.shape
-    with numpyro.plate("k", num_factors, dim=-2), numpyro.plate("d", num_dimensions, dim=-1):
+    with numpyro.plate("w_rows", num_factors, dim=-2), numpyro.plate("d", num_dimensions, dim=-1):
         w = numpyro.sample("w", dist.Gamma(weight_shape, weight_rate))
     with numpyro.plate("n", num_observations, dim=-2):
         with numpyro.plate("k", num_factors, dim=-1):
@@ -71,7 +74,7 @@ def poisson_factorization_model(counts, num_factors=5, shape=0.3, rate=0.3):
     import numpyro.distributions as dist
 
     num_rows, num_columns = counts.shape
-    with numpyro.plate("k", num_factors, dim=-2), numpyro.plate("d", num_columns, dim=-1):
+    with numpyro.plate("beta_rows", num_factors, dim=-2), numpyro.plate("d", num_columns, dim=-1):
         beta = numpyro.sample("beta", dist.Gamma(shape, rate))
     with numpyro.plate("n", num_rows, dim=-2):
         with numpyro.plate("k", num_factors, dim=-1):

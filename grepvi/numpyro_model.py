@@ -35,6 +35,7 @@ Example::
     3.5
 """
 
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -212,8 +213,11 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         substituted = handlers.substitute(handlers.seed(model, rng_seed=seed), data=latents)
         return handlers.trace(substituted).get_trace(*call_args, **call_kwargs)
 
-    first = _sample_sites(trace_model({}, data, 0))
-    second = _sample_sites(trace_model({}, data, 1))
+    with warnings.catch_warnings():  # prior draws of shape-0.1 gammas round to 0: out of support
+        warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
+        first = _sample_sites(trace_model({}, data, 0))
+        second = _sample_sites(trace_model({}, data, 1))
+        batch_shapes = {name: tuple(jnp.shape(_site_log_prob(site))) for name, site in first.items()}
     for name in sorted(set(first) ^ set(second)):
         raise ModelError(f"site {name!r} appears in one trace of the model and not in another")
     for name, site in first.items():
@@ -228,7 +232,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
                 f"site {name!r}: a discrete latent site ({type(site['fn']).__name__}); grepvi fits "
                 "continuous latents only (marginalize it, or observe it)"
             )
-        batch_shape = tuple(jnp.shape(_site_log_prob(site)))
+        batch_shape = batch_shapes[name]
         shape = tuple(jnp.shape(site["value"]))
         event_ndim = len(shape) - len(batch_shape)
         if event_ndim < 0 or shape[: len(batch_shape)] != batch_shape:
