@@ -1,7 +1,8 @@
 """The paper's models written as ordinary NumPyro models (for :mod:`grepvi.numpyro_model`).
 
 They are the same models as :func:`grepvi.models.sparse_gamma_def` and
-:func:`grepvi.models.beta_gamma_mf` (same densities; plates name the axes, each plate at one dim as NumPyro's autoguides need), so that
+:func:`grepvi.models.beta_gamma_mf` (same densities; plates name the axes, each plate at one
+dim as NumPyro's autoguides need), so that
 ``from_numpyro(sparse_gamma_def_model, x)`` and grepvi's named-axis DEF have the same local
 log joints (``tests/test_numpyro_model.py``), and a Poisson factorization of the kind found in
 NumPyro's examples (positive latents). NumPyro is an optional extra.
