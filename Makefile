@@ -17,8 +17,9 @@ demo: $(BIN)/grepvi  ## the main job on the embedded default data
 test: $(BIN)/grepvi  ## the test suite CI runs (slow tier excluded)
 	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q
 
-test-all: $(BIN)/grepvi
-	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -q
+test-all: $(BIN)/grepvi  ## the fast tier, then the slow tier one file per process (per-test timeout)
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/python scripts/slow_tier.py
 
 lint: $(BIN)/grepvi
 	$(BIN)/ruff check .
