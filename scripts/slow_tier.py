@@ -1,10 +1,13 @@
 """Runs the slow test tier to the end: one process per test file, a timeout per test.
 
-``pytest -m slow`` in one process hung in XLA's CPU runtime after ~30 slow tests (every
-thread in ``futex_do_wait``; the hanging test passes alone). Here each file's slow tests run in
-their own ``pytest`` process, with ``pytest-timeout`` failing a test that runs past
-``--timeout`` seconds (instead of stalling the tier) and a cap on the whole file. The summary
-lists every file's outcome; the exit status is non-zero if any file failed or timed out.
+``pytest -m slow`` in one process hung in XLA's CPU runtime (every thread in
+``futex_do_wait``) at ``test_unbiased[bbvi-dirichlet]``; it hangs there too when only that
+file runs (after its 12 earlier slow tests), and passes alone. Here each file's slow tests
+run in their own ``pytest`` process, and the files named by ``--isolate`` (by default
+``tests/test_estimators_unbiased.py``) run one process per test. ``pytest-timeout`` (thread
+method: it also ends a process stuck in native code) fails a test that runs past
+``--timeout`` seconds instead of stalling the tier. The summary lists every outcome; the exit
+status is non-zero if anything failed or timed out.
 
 Usage (from the repository root)::
 
@@ -25,13 +28,23 @@ def main(argv=None) -> int:
     parser.add_argument("files", nargs="*", help="test files (default: every tests/test_*.py)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per test")
     parser.add_argument("--file-timeout", type=int, default=3600, help="seconds per file")
+    parser.add_argument(
+        "--isolate",
+        action="append",
+        default=None,
+        help="run this file's slow tests one process each (default: tests/test_estimators_unbiased.py)",
+    )
     args = parser.parse_args(argv)
     root = Path(__file__).resolve().parents[1]
+    isolate = set(args.isolate or ["tests/test_estimators_unbiased.py"])
     files = args.files or sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py"))
-    results, failed = [], False
+    runs = []
     for path in files:
+        runs += _test_ids(root, path) if path in isolate else [path]
+    results, failed = [], False
+    for path in runs:
         command = [sys.executable, "-m", "pytest", "-m", "slow", "-q", "-p", "no:cacheprovider"]
-        command += [f"--timeout={args.timeout}", path]
+        command += [f"--timeout={args.timeout}", "--timeout-method=thread", path]
         start = time.perf_counter()
         try:
             done = subprocess.run(
@@ -54,10 +67,33 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - start
         summary = re.sub(r"=+", "", tail).strip()
         results.append((path, status, summary, seconds))
-        print(f"{path:45s} {status:22s} {summary} [{seconds:.0f} s]", flush=True)
+        print(f"{path:60s} {status:22s} {summary} [{seconds:.0f} s]", flush=True)
     total = sum(r[3] for r in results)
-    print(f"slow tier: {len(results)} files, {'FAILURES' if failed else 'all passed'}, {total:.0f} s")
+    print(f"slow tier: {len(results)} runs, {'FAILURES' if failed else 'all passed'}, {total:.0f} s")
     return 1 if failed else 0
+
+
+def _test_ids(root, path):
+    """The slow tests of ``path``, by node id."""
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "slow",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            path,
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [line.strip() for line in listed.stdout.splitlines() if line.startswith(path + "::")]
 
 
 if __name__ == "__main__":
