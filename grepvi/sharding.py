@@ -197,14 +197,7 @@ def data_parallel(
             return None
         count = jax.process_count()
         rows = {name: np.shape(v)[0] * count for name, v in data.items() if np.ndim(v)}
-        shardings = {
-            name: sharding
-            for name, sharding in zip(
-                data,
-                [data_shardings({n: v}, data_axes, mesh, rows.get(n))[n] for n, v in data.items()],
-                strict=True,
-            )
-        }
+        shardings = {n: data_shardings({n: v}, data_axes, mesh, rows.get(n))[n] for n, v in data.items()}
         layout["data"] = shardings
         if count == 1:
             return jax.device_put(data, shardings)

@@ -65,13 +65,7 @@ def test_the_paper_models_in_numpyro_have_grepvis_local_log_joints(name):
 
 def test_defaults_fit_a_numpyro_model_to_its_exact_posterior():
     """Gamma-Poisson with a plate of observations: the posterior is Gamma(2 + sum x, 1 + N)."""
-    counts = jnp.array([3.0, 5.0, 4.0, 0.0, 7.0])
-
-    def model(counts):
-        rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
-        with numpyro.plate("n", counts.shape[0]):
-            numpyro.sample("x", dist.Poisson(rate), obs=counts)
-
+    model, counts = _gamma_poisson()
     adapted = from_numpyro(model, counts)
     assert adapted.joint.blankets == {"rate": ("rate", "x")}
     result = adapted.fit(progress=False)
