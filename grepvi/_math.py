@@ -18,6 +18,7 @@ __all__ = [
     "gammaln",
     "betaln",
     "log_tiny",
+    "log_matmul_exp",
     "log_huge",
     "safe_exp",
     "safe_sigmoid",
@@ -206,3 +207,23 @@ def _safe_sigmoid_jvp(primals, tangents):
     (logit,), (tangent,) = primals, tangents
     value = safe_sigmoid(logit)
     return value, value * (1.0 - value) * tangent
+
+
+def log_matmul_exp(log_a, log_b):
+    """``log(exp(log_a) @ exp(log_b))`` without leaving log space where it matters.
+
+    Each row of ``log_a`` and each column of ``log_b`` is shifted by its maximum (a constant
+    for the derivative), so the matrix product runs on numbers in ``(0, 1]`` and the result
+    keeps its scale however small the factors are: two gamma draws of ``1e-30`` give a mean
+    of ``1e-60`` here, where ``z @ W`` in float32 is 0. Only where every term of a sum is
+    ``e^-87`` times smaller than the row's and the column's largest does the shifted sum
+    round to 0; it is then floored at float's smallest normal number (derivative 0 there).
+    The cost is that of the plain product plus two ``exp`` and one ``log``.
+    """
+    shift_a = jax.lax.stop_gradient(jnp.max(log_a, axis=-1, keepdims=True))
+    shift_b = jax.lax.stop_gradient(jnp.max(log_b, axis=-2, keepdims=True))
+    shift_a = jnp.where(jnp.isfinite(shift_a), shift_a, 0.0)
+    shift_b = jnp.where(jnp.isfinite(shift_b), shift_b, 0.0)
+    product = jnp.exp(log_a - shift_a) @ jnp.exp(log_b - shift_b)
+    tiny = jnp.finfo(jnp.result_type(product)).tiny
+    return jnp.log(jnp.maximum(product, tiny)) + shift_a + shift_b

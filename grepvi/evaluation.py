@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import Estimator, Target, bind_data, total_entropy
+from grepvi.estimators.base import Estimator, Target, bind_data, inputs_from_values, total_entropy
 from grepvi.families.base import Family
 from grepvi.inference import VIState
 from grepvi.loop import run_chunks
@@ -70,9 +70,15 @@ class HeldoutLoglik(NamedTuple):
         return {"mean": self.mean, "std": self.std}
 
 
-def sample_latents(rng_key, families: dict[str, Family], params: dict) -> dict:
-    """One draw ``z ~ q`` of every latent (keys split in sorted name order)."""
+def sample_latents(rng_key, families: dict[str, Family], params: dict, log_space: bool = False) -> dict:
+    """One draw ``z ~ q`` of every latent (keys split in sorted name order); in the log space
+    of each support with ``log_space`` (for a target or function that takes it)."""
     keys = jax.random.split(rng_key, len(families))
+    if log_space:
+        return {
+            name: families[name].sample_log_space(params[name], key)
+            for key, name in zip(keys, sorted(families), strict=True)
+        }
     return {
         name: families[name].sample(params[name], key)
         for key, name in zip(keys, sorted(families), strict=True)
@@ -84,7 +90,9 @@ def elbo_estimate(rng_key, params: dict, target: Target, num_samples: int = 1, d
     target = bind_data(target, data)
     params = jax.lax.stop_gradient(params)
     keys = jax.random.split(rng_key, num_samples)
-    draws = jax.vmap(lambda key: target.logdensity_fn(sample_latents(key, target.families, params)))(keys)
+    draws = jax.vmap(
+        lambda key: target.logdensity_fn(sample_latents(key, target.families, params, target.log_space))
+    )(keys)
     return jnp.mean(draws) + total_entropy(params, target.families)
 
 
@@ -95,6 +103,7 @@ def predictive_loglik(
     params: dict,
     num_samples: int = 100,
     data=None,
+    log_space: bool = False,
 ) -> HeldoutLoglik:
     """Per-entry held-out log-likelihood over ``num_samples`` posterior draws.
 
@@ -106,6 +115,8 @@ def predictive_loglik(
       families, params: the variational distribution of every latent ``observation_loglik``
         reads.
       num_samples: posterior draws ``S`` (paper: 100).
+      log_space: ``observation_loglik`` takes the latents in log space (a model's
+        ``log_space_observation_loglik``).
 
     The draws run in a ``lax.scan`` with a running log-sum-exp, so memory stays at one
     ``(N, D)`` array whatever ``S``.
@@ -114,7 +125,13 @@ def predictive_loglik(
     params = jax.lax.stop_gradient(params)
     loglik_fn = observation_loglik if data is not None else (lambda latents, _: observation_loglik(latents))
     run = jax.jit(
-        functools.partial(_predictive_run, loglik_fn=loglik_fn, families=families, num_samples=num_samples)
+        functools.partial(
+            _predictive_run,
+            loglik_fn=loglik_fn,
+            families=families,
+            num_samples=num_samples,
+            log_space=bool(log_space),
+        )
     )
     per_sample, logmeanexp = run(rng_key, params, data)
     per_sample = np.asarray(per_sample, np.float64)
@@ -126,16 +143,18 @@ def predictive_loglik(
     )
 
 
-def _predictive_run(rng_key, params, data, *, loglik_fn, families, num_samples):
+def _predictive_run(rng_key, params, data, *, loglik_fn, families, num_samples, log_space):
     """The draws run in a ``lax.scan`` with a running log-sum-exp (parameters and data are
     arguments of the compiled program)."""
 
     def body(running, key):
-        latents = sample_latents(key, families, params)
+        latents = sample_latents(key, families, params, log_space)
         loglik = loglik_fn(latents, data)
         return jnp.logaddexp(running, loglik), jnp.mean(loglik)
 
-    shape = jax.eval_shape(lambda: loglik_fn(sample_latents(rng_key, families, params), data)).shape
+    shape = jax.eval_shape(
+        lambda: loglik_fn(sample_latents(rng_key, families, params, log_space), data)
+    ).shape
     start = jnp.full(shape, -jnp.inf, jnp.float32)
     running, per_sample = jax.lax.scan(body, start, jax.random.split(rng_key, num_samples))
     return per_sample, jnp.mean(running) - jnp.log(num_samples)
@@ -164,6 +183,7 @@ def refit_local(
     chunk_size: int = 50,
     optimizer=None,
     data=None,
+    log_space: bool = False,
 ) -> tuple[dict, np.ndarray]:
     """Fits ``q(z*)`` of new observations with ``q(W)`` (the global latents) held fixed.
 
@@ -188,6 +208,7 @@ def refit_local(
       num_steps: refit iterations (``0`` keeps the initialization).
       local_logdensity_fn: per-element local log joints of the test model (all latents).
       data: the test rows' data pytree (a model's ``prepare_data(x)``).
+      log_space: the log joints take the latents in log space (:class:`~grepvi.Target`).
 
     Returns:
       ``(local_params, elbo_trace)``.
@@ -199,6 +220,7 @@ def refit_local(
     target, refit_data = _refit_target(
         logdensity_fn, local_logdensity_fn, local_families, names, global_params, data
     )
+    target = target._replace(log_space=bool(log_space))
     drawing = drawing_globals(estimator, global_families)
     if step_size is None and optimizer is None:
         return _refit_default(
@@ -260,7 +282,7 @@ def drawing_globals(estimator: Estimator, global_families: dict) -> Estimator:
 
     def estimate(rng_key, params, target):
         key_w, key = jax.random.split(rng_key)
-        weights = sample_latents(key_w, global_families, target.bound_data["global_params"])
+        weights = sample_latents(key_w, global_families, target.bound_data["global_params"], target.log_space)
         return estimator.estimate(key, params, bind_globals(target, weights))
 
     return estimator._replace(estimate=estimate)
@@ -299,7 +321,8 @@ def _at_global_means(target: Target, global_families: dict) -> Target:
     full, local = target.logdensity_fn, target.local_logdensity_fn
 
     def means(d):
-        return {name: family.mean(d["global_params"][name]) for name, family in global_families.items()}
+        values = {name: family.mean(d["global_params"][name]) for name, family in global_families.items()}
+        return inputs_from_values(values, global_families, target.log_space)
 
     def check_fn(latents, d):
         if set(global_families) <= set(latents):
@@ -352,25 +375,30 @@ def heldout_loglik(
     global_families = {name: families[name] for name in global_names}
     global_params = {name: params[name] for name in global_names}
     refit_key, eval_key = jax.random.split(rng_key)
+    log_space = bool(model.log_space)
+    if log_space:
+        model.check_supports({**global_families, **local_families})
     local_params, refit_elbo = refit_local(
         refit_key,
-        model.logdensity_fn,
+        model.joint.logdensity_fn if log_space else model.logdensity_fn,
         local_families,
         global_families,
         global_params,
         estimator,
         num_steps=refit_steps,
         step_size=step_size,
-        local_logdensity_fn=model.local_logdensity_fn,
+        local_logdensity_fn=model.joint.local_logdensity_fn if log_space else model.local_logdensity_fn,
         data=data,
+        log_space=log_space,
     )
     result = predictive_loglik(
         eval_key,
-        model.observation_loglik,
+        model.log_space_observation_loglik if log_space else model.observation_loglik,
         {**global_families, **local_families},
         {**global_params, **local_params},
         num_samples,
         data=data,
+        log_space=log_space,
     )
     return result._replace(refit_elbo=refit_elbo)
 

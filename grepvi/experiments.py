@@ -407,8 +407,15 @@ def _evaluate(config, dataset, model, estimator, families, params, directory) ->
         # Held-out entries of the training rows: no refit.
         heldout = model.prepare_data(dataset.test)
         x = heldout["x"]
+        log_space = bool(model.log_space)
         loglik = evaluation.predictive_loglik(
-            test_key, model.observation_loglik, families, params, config.eval_samples, data=heldout
+            test_key,
+            model.log_space_observation_loglik if log_space else model.observation_loglik,
+            families,
+            params,
+            config.eval_samples,
+            data=heldout,
+            log_space=log_space,
         )
         perplexities = evaluation.heldout_perplexity(
             perplexity_key, model, families, params, x, config.eval_samples

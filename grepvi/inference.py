@@ -14,7 +14,7 @@ import numpy as np
 import optax
 
 from grepvi.errors import ModelError
-from grepvi.estimators.base import Estimator, Target, bind_data
+from grepvi.estimators.base import Estimator, Target, bind_data, inputs_from_values
 from grepvi.families.base import Family
 
 __all__ = [
@@ -51,7 +51,9 @@ class Trace(NamedTuple):
     extras: dict
 
 
-def make_target(logdensity_fn, latents, local_logdensity_fn=None, takes_data: bool = False) -> Target:
+def make_target(
+    logdensity_fn, latents, local_logdensity_fn=None, takes_data: bool = False, log_space: bool = False
+) -> Target:
     """Validates the latents dict and bundles it with the model into a :class:`Target`.
 
     ``takes_data``: the functions are ``(latents, data)`` (the data goes to each step as an
@@ -68,13 +70,14 @@ def make_target(logdensity_fn, latents, local_logdensity_fn=None, takes_data: bo
             raise ModelError(
                 f"latent {name!r}: expected a grepvi family (Gamma, Beta, ...), got {type(family).__name__}"
             )
-    return Target(logdensity_fn, dict(latents), local_logdensity_fn, takes_data)
+    return Target(logdensity_fn, dict(latents), local_logdensity_fn, takes_data, log_space=bool(log_space))
 
 
 def _check_target(target: Target, params: dict, data=None) -> None:
     """Evaluates the model once at the families' means; raises a clear ModelError if not fit."""
     target = bind_data(target, data)
     point = {name: family.mean(params[name]) for name, family in target.families.items()}
+    point = inputs_from_values(point, target.families, target.log_space)
     shapes = {name: family.shape for name, family in target.families.items()}
     try:
         value = target.logdensity_fn(point)

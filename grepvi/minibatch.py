@@ -77,6 +77,7 @@ class MinibatchProblem(NamedTuple):
       data_axes: each data array's axes (rows are gathered from those whose first is ``n``).
       num_observations, batch_size: ``N`` and ``B``.
       data: the model's full data pytree (pass it to :func:`step`).
+      log_space: the factors take the latents in log space (``Model.log_space``).
     """
 
     factor_values_fn: Callable[[dict, dict], dict]
@@ -90,6 +91,7 @@ class MinibatchProblem(NamedTuple):
     num_observations: int
     batch_size: int
     data: Any = None
+    log_space: bool = False
 
     @property
     def scale(self) -> float:
@@ -127,6 +129,8 @@ def minibatch_problem(model, batch_size: int, families: dict | None = None) -> M
         raise ConfigError(f"batch_size must be an integer in 1..{num_observations}, got {batch_size!r}")
     batch_size = int(batch_size)
     families = dict(model.latents() if families is None else families)
+    if getattr(model, "log_space", False):
+        model.check_supports(families)
     joint = model.joint
     local_names = tuple(sorted(n for n in families if OBSERVATION_AXIS in joint.latent_axes[n]))
     global_names = tuple(sorted(n for n in families if n not in local_names))
@@ -150,6 +154,7 @@ def minibatch_problem(model, batch_size: int, families: dict | None = None) -> M
         num_observations=num_observations,
         batch_size=batch_size,
         data=model.data,
+        log_space=bool(getattr(model, "log_space", False)),
     )
 
 
@@ -231,7 +236,13 @@ def batch_target(problem: MinibatchProblem, indices=None, families: dict | None 
             out[name] = sum(terms)
         return out
 
-    return Target(logdensity_fn, _batch_families(problem, families), local_logdensity_fn, takes_data=True)
+    return Target(
+        logdensity_fn,
+        _batch_families(problem, families),
+        local_logdensity_fn,
+        takes_data=True,
+        log_space=problem.log_space,
+    )
 
 
 def batch_params(problem: MinibatchProblem, params: dict, indices) -> dict:

@@ -45,21 +45,28 @@ class ConjugateModel(NamedTuple):
     posterior: dict  # exact posterior's natural parameters, per latent
     posterior_mean: dict
     posterior_variance: dict
+    log_space: bool = False  # the log joints take log z / logit z (Target.log_space)
 
 
 def gamma_poisson(
-    counts=(3.0, 5.0, 4.0, 0.0, 1.0), prior_shape=0.1, prior_rate=0.3, shape=(), **family_options
+    counts=(3.0, 5.0, 4.0, 0.0, 1.0),
+    prior_shape=0.1,
+    prior_rate=0.3,
+    shape=(),
+    log_space=False,
+    **family_options,
 ):
     """``z ~ Gamma(a0, b0)``, ``x_i ~ Poisson(z)``: posterior ``Gamma(a0 + sum x, b0 + n)``.
 
     With ``shape`` non-empty, independent copies (one rate per element) share the data.
+    ``log_space``: the log joints take ``log z``.
     """
     counts = jnp.asarray(counts, jnp.float32)
     n, total = counts.shape[0], jnp.sum(counts)
 
     def local(z):
-        rate = z["rate"]
-        log_rate = jnp.log(rate)
+        log_rate = z["rate"] if log_space else jnp.log(z["rate"])
+        rate = jnp.exp(log_rate) if log_space else z["rate"]
         return {"rate": (prior_shape - 1.0 + total) * log_rate - (prior_rate + n) * rate}
 
     def logdensity_fn(z):
@@ -87,19 +94,31 @@ def gamma_poisson(
         {"rate": {"concentration": full(post_a), "rate": full(post_b)}},
         {"rate": full(post_a / post_b)},
         {"rate": full(post_a / post_b**2)},
+        log_space=bool(log_space),
     )
 
 
 def beta_bernoulli(
-    outcomes=(1.0, 0.0, 1.0, 1.0, 0.0, 1.0), prior_a=1.0, prior_b=1.0, shape=(), **family_options
+    outcomes=(1.0, 0.0, 1.0, 1.0, 0.0, 1.0),
+    prior_a=1.0,
+    prior_b=1.0,
+    shape=(),
+    log_space=False,
+    **family_options,
 ):
-    """``z ~ Beta(a0, b0)``, ``x_i ~ Bernoulli(z)``: posterior ``Beta(a0 + s, b0 + n - s)``."""
+    """``z ~ Beta(a0, b0)``, ``x_i ~ Bernoulli(z)``: posterior ``Beta(a0 + s, b0 + n - s)``.
+
+    ``log_space``: the log joints take ``u = logit z`` (``log z = log_sigmoid(u)``,
+    ``log(1 - z) = log_sigmoid(-u)``, exact however close ``z`` is to 0 or 1)."""
     outcomes = jnp.asarray(outcomes, jnp.float32)
     n, s = outcomes.shape[0], float(jnp.sum(outcomes))
 
     def local(z):
-        p = z["prob"]
-        return {"prob": (prior_a - 1.0 + s) * jnp.log(p) + (prior_b - 1.0 + n - s) * jnp.log1p(-p)}
+        if log_space:
+            log_p, log_1mp = jax.nn.log_sigmoid(z["prob"]), jax.nn.log_sigmoid(-z["prob"])
+        else:
+            log_p, log_1mp = jnp.log(z["prob"]), jnp.log1p(-z["prob"])
+        return {"prob": (prior_a - 1.0 + s) * log_p + (prior_b - 1.0 + n - s) * log_1mp}
 
     def logdensity_fn(z):
         return jnp.sum(local(z)["prob"])
@@ -127,6 +146,7 @@ def beta_bernoulli(
         {"prob": {"concentration1": full(post_a), "concentration0": full(post_b)}},
         {"prob": full(post_a / total)},
         {"prob": full(post_a * post_b / (total**2 * (total + 1.0)))},
+        log_space=bool(log_space),
     )
 
 
@@ -136,6 +156,7 @@ def lognormal_normal(
     prior_scale=1.0,
     noise_scale=0.5,
     shape=(),
+    log_space=False,
     **family_options,
 ):
     """``log z ~ Normal(m0, s0^2)``, ``y_i ~ Normal(log z, s^2)``: the posterior of ``z`` is
@@ -148,7 +169,7 @@ def lognormal_normal(
     post_scale = precision**-0.5
 
     def local(z):
-        log_z = jnp.log(z["scale"])
+        log_z = z["scale"] if log_space else jnp.log(z["scale"])
         prior = -0.5 * ((log_z - prior_loc) / prior_scale) ** 2 - log_z
         likelihood = -0.5 * (n * log_z**2 - 2.0 * total * log_z) / noise_scale**2
         return {"scale": prior + likelihood}
@@ -176,18 +197,22 @@ def lognormal_normal(
         {"scale": {"loc": full(post_loc), "scale": full(post_scale)}},
         {"scale": full(np.exp(post_loc + post_scale**2 / 2))},
         {"scale": full(np.expm1(post_scale**2) * np.exp(2 * post_loc + post_scale**2))},
+        log_space=bool(log_space),
     )
 
 
 def dirichlet_multinomial(
-    counts=(3.0, 0.0, 5.0, 1.0), prior_concentration=0.5, batch_shape=(), **family_options
+    counts=(3.0, 0.0, 5.0, 1.0), prior_concentration=0.5, batch_shape=(), log_space=False, **family_options
 ):
-    """``z ~ Dirichlet(a0)``, ``x ~ Multinomial(z)``: posterior ``Dirichlet(a0 + x)``."""
+    """``z ~ Dirichlet(a0)``, ``x ~ Multinomial(z)``: posterior ``Dirichlet(a0 + x)``.
+
+    ``log_space``: the log joints take ``log z``."""
     counts = jnp.asarray(counts, jnp.float32)
     k = counts.shape[0]
 
     def local(z):
-        return {"probs": jnp.sum((prior_concentration - 1.0 + counts) * jnp.log(z["probs"]), -1)}
+        log_z = z["probs"] if log_space else jnp.log(z["probs"])
+        return {"probs": jnp.sum((prior_concentration - 1.0 + counts) * log_z, -1)}
 
     def logdensity_fn(z):
         return jnp.sum(local(z)["probs"])
@@ -212,6 +237,7 @@ def dirichlet_multinomial(
         {"probs": {"concentration": post}},
         {"probs": post / total},
         {"probs": post * (total - post) / (total**2 * (total + 1.0))},
+        log_space=bool(log_space),
     )
 
 
@@ -264,7 +290,12 @@ def check_unbiased(
     """Mean of ``num_draws`` gradient draws vs ``jax.grad(model.exact_elbo)(params)``."""
     from grepvi.estimators.base import Target
 
-    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn if use_local else None)
+    target = Target(
+        model.logdensity_fn,
+        model.families,
+        model.local_logdensity_fn if use_local else None,
+        log_space=model.log_space,
+    )
     draws = gradient_draws(estimator, target, params, rng_key, num_draws)
     exact = _flatten(jax.grad(model.exact_elbo)(params))
     variance = draws.var(0, ddof=1)

@@ -20,16 +20,13 @@ shape 0.1, below 160 and 6 for the Dirichlet and log-normal): there the mean's s
 worst ~4 true standard errors on one side, a false failure ~1e-4 for such a component. Over
 the ~150 components checked, mostly light-tailed, that is about 1% for a fresh set of seeds.
 
-Float32 and the clamp. Families hand models ``z`` clamped to ``[1e-30, 1 - 1.6e-7]`` (float32;
-``grepvi._math.safe_exp`` / ``safe_sigmoid``). The derivative used to be 0 under the clamp,
-which biased G-REP on the Dirichlet-multinomial by 44 SE at shape 0.1; it now passes through
-(``dz = z d log z``) and those cases pass. What remains is the *value* the model sees: a beta
-with ``concentration0 = 0.07`` puts 25% of its draws within 1.6e-7 of 1 (6.5% within 2.2e-16
-in float64), where ``log(1 - z)`` is clamped: the beta-Bernoulli at shape 0.1 with local log
-joints stays ``xfail(strict=True)`` (with the whole log joint, whose variance is larger, the
-bias is below 5 SE).
-"grep-closed-form" keeps the derivative where "grep" drops it:
-:func:`test_closed_form_matches_autodiff_on_clamped_draws` (xfail).
+Float32 and the clamp. Families draw in log space; a target with ``log_space=True`` (the
+built-in models) receives those draws as ``log z`` / ``logit z``, and one without receives
+``z`` clamped to ``[1e-30, 1 - 1.6e-7]`` (float32; ``grepvi._math.safe_exp`` /
+``safe_sigmoid``), whose derivative passes through the clamp (``dz = z d log z``). Both are
+tested. In value space a beta with ``concentration0 = 0.07`` puts 25% of its draws within
+1.6e-7 of 1, where ``log(1 - z)`` is clamped and G-REP with local log joints is biased; that
+one case runs in log space only (it was a strict xfail before the models took ``logit z``).
 
 Draws. Standardized draws ``eps`` come from the family's ``sample_standardized`` with one
 sample shape (``NUM_DRAWS``), so the sampler compiles once per latent shape and is shared
@@ -67,17 +64,17 @@ LATENT = {
 # --- models, parameters, draws -------------------------------------------------------------
 
 
-def _model(name, **family_options):
+def _model(name, log_space=False, **family_options):
     """The conjugate model with four independent latents (one 4-category Dirichlet for the
     multinomial), so that each latent's local log joint differs from the whole log joint, and
     the latent shape (4,) is the one of the Dirichlet tests: the sampler compiles once."""
     if name == "gamma-poisson":
-        return testing.gamma_poisson(shape=(4,), **family_options)
+        return testing.gamma_poisson(shape=(4,), log_space=log_space, **family_options)
     if name == "beta-bernoulli":
-        return testing.beta_bernoulli(shape=(4,), **family_options)
+        return testing.beta_bernoulli(shape=(4,), log_space=log_space, **family_options)
     if name == "lognormal-normal":
-        return testing.lognormal_normal(shape=(4,), **family_options)
-    return testing.dirichlet_multinomial(**family_options)
+        return testing.lognormal_normal(shape=(4,), log_space=log_space, **family_options)
+    return testing.dirichlet_multinomial(log_space=log_space, **family_options)
 
 
 def _params(name, shape, dtype=jnp.float32):
@@ -110,7 +107,12 @@ def _params(name, shape, dtype=jnp.float32):
 def _gradient_fn(name, use_local, options=()):
     """``(params, eps) -> one G-REP gradient per draw``, flattened; compiled once per model."""
     model = _model(name, **dict(options))
-    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn if use_local else None)
+    target = Target(
+        model.logdensity_fn,
+        model.families,
+        model.local_logdensity_fn if use_local else None,
+        log_space=model.log_space,
+    )
     latent = LATENT[name]
 
     def one(params, eps):
@@ -159,69 +161,55 @@ def _check(draws, exact):
 
 # --- unbiasedness ----------------------------------------------------------------------------
 
-_BETA_CLAMP_BIAS = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "beta with concentration0 = 0.07: z lies within 1.6e-7 of 1 (float32; 2.2e-16 in "
-        "float64) in 25% (6.5%) of the draws; grepvi._math.safe_sigmoid clamps z there and "
-        "the model's f sees the clamped log(1 - z)"
-    ),
-)
+# The models' inputs: "log" hands the log joints log z / logit z (Target.log_space, what the
+# built-in models take), "value" hands them z clamped to [1e-30, 1 - 1.6e-7] in float32.
+# Value space is not tested for the beta at shape 0.1 with local log joints: a beta with
+# concentration0 = 0.07 puts 25% of its draws within 1.6e-7 of 1, where the clamped log(1 - z)
+# biases the estimate (measured -66 SE in float64, where 6.5% of draws meet 1 - 2.2e-16); in
+# log space the same case passes (below).
+SPACES = ("log", "value")
 
 
-def _clamp_bias(name, shape, use_local=True):
-    if shape != 0.1 or not use_local:
-        return []
-    return {"beta-bernoulli": [_BETA_CLAMP_BIAS]}.get(name, [])
+def _space_options(space):
+    return (("log_space", True),) if space == "log" else ()
 
 
 def _unbiased_cases():
     cases = []
-    for name in MODELS:
-        for shape in SHAPES:
-            for use_local in (True, False):
-                label = f"{name}-{shape:g}-{'local' if use_local else 'whole'}"
-                cases.append(
-                    pytest.param(name, shape, use_local, marks=_clamp_bias(name, shape, use_local), id=label)
-                )
+    for space in SPACES:
+        for name in MODELS:
+            for shape in SHAPES:
+                for use_local in (True, False):
+                    if space == "value" and name == "beta-bernoulli" and shape == 0.1 and use_local:
+                        continue
+                    label = f"{space}-{name}-{shape:g}-{'local' if use_local else 'whole'}"
+                    cases.append(pytest.param(space, name, shape, use_local, id=label))
     return cases
 
 
-@pytest.mark.parametrize(("name", "shape", "use_local"), _unbiased_cases())
-def test_grep_unbiased_float32(name, shape, use_local):
-    """Mean of 100,000 float32 G-REP gradients within 5 standard errors of the exact gradient.
+@pytest.mark.parametrize(("space", "name", "shape", "use_local"), _unbiased_cases())
+def test_grep_unbiased_float32(space, name, shape, use_local):
+    """Mean of 100,000 float32 G-REP gradients within 5 standard errors of the exact gradient,
+    with the model's inputs in log space (the library's models) and as values.
 
-    Measured (seed 0): max |z| <= 2.8 everywhere except the beta-Bernoulli at shape 0.1 with
-    local log joints (xfail: the model sees ``1 - z`` clamped at 1.6e-7 in 25% of the draws).
-    The Dirichlet at shape 0.1 (44 SE while the clamp's derivative was 0) now passes.
+    Measured (seed 0): max |z| <= 2.8 everywhere. The beta-Bernoulli at shape 0.1 with local
+    log joints, biased while the model saw ``1 - z`` clamped at 1.6e-7 (a strict xfail until
+    the models took ``logit z``), passes in log space.
     """
-    draws, exact = _draws(name, shape, use_local)
+    draws, exact = _draws(name, shape, use_local, _space_options(space))
     check = _check(draws, exact)
     assert np.all(np.isfinite(draws))
     assert check.max_abs_z() < MAX_STANDARD_ERRORS, f"z-scores {check.z_scores}"
 
 
-def _float64_cases():
-    return [
-        pytest.param(
-            name,
-            use_local,
-            marks=[_BETA_CLAMP_BIAS] if name == "beta-bernoulli" and use_local else [],
-            id=f"{name}-{'local' if use_local else 'whole'}",
-        )
-        for name in MODELS
-        for use_local in (True, False)
-    ]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "use_local"), _float64_cases())
+@pytest.mark.parametrize("use_local", (True, False), ids=("local", "whole"))
+@pytest.mark.parametrize("name", MODELS)
 def test_grep_unbiased_float64_small_shape(name, use_local):
-    """As :func:`test_grep_unbiased_float32` at shape 0.1, in float64, where the lower clamp
-    (1e-300) is never met: unbiased for the gamma, log-normal and Dirichlet (the float32
-    failure of the Dirichlet is float32's). The beta with ``concentration0 = 0.07`` still meets
-    the upper clamp (1 - z < 2.2e-16) in 6.5% of its draws: measured -66 SE."""
-    draws, exact = _draws(name, 0.1, use_local, x64=True)
+    """As :func:`test_grep_unbiased_float32` at shape 0.1, in float64 and log space: unbiased
+    for all four models (the beta's 6.5% of draws within 2.2e-16 of 1 reach the model as
+    their logit)."""
+    draws, exact = _draws(name, 0.1, use_local, _space_options("log"), x64=True)
     check = _check(draws, exact)
     assert check.max_abs_z() < MAX_STANDARD_ERRORS, f"z-scores {check.z_scores}"
 
@@ -320,19 +308,12 @@ def test_closed_form_matches_autodiff_draw_by_draw(shape, use_local):
     _compare(autodiff, closed_form, unclamped)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "where z is clamped (z < 1e-30, or 1 - z < 1.6e-7), the model's f'(z) is evaluated at "
-        "the clamped z by both, but grep-closed-form multiplies it by dz/dv along the exact "
-        "log z while autodiff uses the clamped z"
-    ),
-)
 def test_closed_form_matches_autodiff_on_clamped_draws():
     """Shape 0.01 (see ``_params``): 98% of the draws have some ``z`` at float32's clamp.
-    Measured there: ``d/d concentration0`` of the beta differs by 4-15% of its scale. At gamma
-    shape 0.1 one clamped draw (``log z = -81``) gave ``d/d concentration`` 63.9 by autodiff and
-    1012.9 by the closed form; the closed form is the derivative along the exact ``log z``."""
+    The two estimators agree there too: both take the derivative of the model in ``log z``
+    (``logit z``), ``f'(z) z`` at the clamped ``z`` for a value-space target (an xfail while
+    the closed form multiplied ``f'`` by the exact ``z``: at gamma shape 0.1 one clamped draw,
+    ``log z = -81``, gave 63.9 by autodiff and 1012.9 by the closed form)."""
     autodiff, closed_form, unclamped = _both_estimators(0.01, True)
     assert unclamped.mean() < 0.9
     _compare(autodiff, closed_form, np.ones(unclamped.shape, bool))

@@ -501,7 +501,9 @@ def test_sample_and_evaluation_helpers():
     # Held-out data: a model with other rows, the same weights.
     test_model = model.with_data(more)
     assert test_model.hyperparameters == model.hyperparameters
-    values = jax.jit(test_model.joint.factor_values_fn)(truth, test_model.data)
+    # The factors take the latents in log space (model.log_space); the value-space functions convert.
+    assert test_model.log_space
+    values = jax.jit(test_model.joint.factor_values_fn)(jax.tree.map(jnp.log, truth), test_model.data)
     assert all(np.all(np.isfinite(v)) for v in values.values())
     per_entry = test_model.observation_loglik(truth, model.prepare_data(more))
     assert per_entry.shape == (9, 5)

@@ -86,7 +86,7 @@ def advi_family(family: Family) -> Family:
 def advi_objective(params, eps, target):
     """One draw of ADVI's ELBO, ``f(z) + log |dz/d eps| + H[N(0, 1)] per dimension``."""
     families = target.families
-    latents = transform_all(params, eps, families)
+    latents = transform_all(params, eps, families, target.log_space)
     value = target.logdensity_fn(latents)
     for name, family in families.items():
         value = value + jnp.sum(family.log_abs_det_jacobian(params[name], eps[name]))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from grepvi.errors import ConfigError
-from grepvi.families.base import Family
+from grepvi.families.base import Family, from_log_space
 
 __all__ = [
     "Target",
@@ -27,6 +27,9 @@ __all__ = [
     "local_log_joints",
     "sample_standardized",
     "transform_all",
+    "inputs_from_values",
+    "values_from_inputs",
+    "value_space",
     "total_entropy",
 ]
 
@@ -48,6 +51,13 @@ class Target(NamedTuple):
         the same shapes (test rows, minibatches, shards on other devices).
 
     The estimators see a target whose functions take the latents only (:func:`bind_data`).
+
+      log_space: the functions receive every latent in the log space of its support
+        (:meth:`~grepvi.families.base.Family.log_space_transform`): ``log z`` for positive
+        and simplex latents, ``logit z`` for the unit interval, ``z`` on the real line. The
+        estimators then hand the model the exact draws the families make (in log space)
+        instead of ``z`` clamped to float's range: a gamma draw of ``1e-45`` or a beta draw
+        within ``1e-9`` of 1 reaches the model intact. The built-in models are written so.
     """
 
     logdensity_fn: Callable[..., jax.Array]
@@ -55,6 +65,7 @@ class Target(NamedTuple):
     local_logdensity_fn: Callable[..., dict] | None = None
     takes_data: bool = False
     bound_data: Any = None  # the data bound by bind_data (for estimators that wrap others)
+    log_space: bool = False
 
 
 def bind_data(target: Target, data) -> Target:
@@ -80,6 +91,7 @@ def bind_data(target: Target, data) -> Target:
         target.families,
         None if local_fn is None else (lambda latents: local_fn(latents, data)),
         bound_data=data,
+        log_space=target.log_space,
     )
 
 
@@ -156,9 +168,57 @@ def sample_standardized(rng_key, params, families, sample_shape=()):
     }
 
 
-def transform_all(params, eps, families):
-    """``z = T(eps; v)`` for every latent."""
+def transform_all(params, eps, families, log_space: bool = False):
+    """``z = T(eps; v)`` for every latent; in the log space of its support with ``log_space``
+    (what a target with ``log_space=True`` receives)."""
+    if log_space:
+        return {
+            name: family.log_space_transform(params[name], eps[name]) for name, family in families.items()
+        }
     return {name: family.transform(params[name], eps[name]) for name, family in families.items()}
+
+
+def inputs_from_values(values: dict, families, log_space: bool) -> dict:
+    """Latent values ``z`` as the target takes them (:meth:`Family.to_log_space` with
+    ``log_space``); for values that exist only as ``z`` (means, user points)."""
+    if not log_space:
+        return values
+    return {
+        name: families[name].to_log_space(value) if name in families else value
+        for name, value in values.items()
+    }
+
+
+def values_from_inputs(inputs: dict, families, log_space: bool) -> dict:
+    """The inverse of :func:`inputs_from_values` (``z`` from what the target takes)."""
+    if not log_space:
+        return inputs
+    return {
+        name: from_log_space(value, families[name].support) if name in families else value
+        for name, value in inputs.items()
+    }
+
+
+def value_space(target: Target) -> Target:
+    """``target`` as a function of the values ``z`` (for estimators that need ``d f / d z``).
+
+    A log-space target is composed with :func:`inputs_from_values`; the values are then
+    clamped by the families as before (``z >= 1e-30``, ``1 - z >= 1.6e-7`` in float32)."""
+    if not target.log_space:
+        return target
+    families, full, local = target.families, target.logdensity_fn, target.local_logdensity_fn
+    convert = lambda values: inputs_from_values(values, families, True)  # noqa: E731
+    if target.takes_data:
+        return target._replace(
+            logdensity_fn=lambda z, data: full(convert(z), data),
+            local_logdensity_fn=None if local is None else (lambda z, data: local(convert(z), data)),
+            log_space=False,
+        )
+    return target._replace(
+        logdensity_fn=lambda z: full(convert(z)),
+        local_logdensity_fn=None if local is None else (lambda z: local(convert(z))),
+        log_space=False,
+    )
 
 
 def total_entropy(params, families):

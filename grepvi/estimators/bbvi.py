@@ -34,16 +34,23 @@ from grepvi.estimators.base import (
     local_log_joints,
     register_estimator,
     total_entropy,
+    values_from_inputs,
 )
 from grepvi.estimators.grep import _positive_int, average_gradient_variance
 
 __all__ = ["bbvi", "score_terms", "control_variate_scale"]
 
 
-def _sample_all(rng_key, params, families, num_samples):
+def _sample_all(rng_key, params, families, num_samples, log_space=False):
+    """``num_samples`` draws of every latent, as values or in log space (``log_space``)."""
     keys = jax.random.split(rng_key, len(families))
+    draw = (
+        (lambda f, p, k, s: f.sample_log_space(p, k, s))
+        if log_space
+        else (lambda f, p, k, s: f.sample(p, k, s))
+    )
     return {
-        name: family.sample(params[name], key, (num_samples,))
+        name: draw(family, params[name], key, (num_samples,))
         for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
     }
 
@@ -61,7 +68,8 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
     axis holding ``f_i(z_s) h(z_s)`` and ``h(z_s)``, and the ``S`` values of ``log p(x, z_s)``.
     """
     families = target.families
-    latents = _sample_all(rng_key, params, families, num_samples)
+    latents = _sample_all(rng_key, params, families, num_samples, target.log_space)
+    values = values_from_inputs(latents, families, target.log_space)
     local_target = target if rao_blackwellize else target._replace(local_logdensity_fn=None)
     log_joints = jax.vmap(target.logdensity_fn)(latents)
     if local_target.local_logdensity_fn is None:
@@ -80,7 +88,7 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
         def score(z, family=family, name=name):
             return jax.grad(lambda p: jnp.sum(family.log_prob(p, z)))(params[name])
 
-        scores[name] = jax.vmap(score)(latents[name])
+        scores[name] = jax.vmap(score)(values[name])
         weighted[name] = jax.tree_util.tree_map(lambda h, f=local[name]: _expand(f, h) * h, scores[name])
     return weighted, scores, log_joints
 

@@ -25,6 +25,7 @@ from grepvi.estimators.base import (
     EstimateInfo,
     Estimator,
     Target,
+    inputs_from_values,
     local_log_joints,
     register_estimator,
     sample_standardized,
@@ -45,7 +46,7 @@ def baseline_log_joints(params, target: Target) -> dict:
     variance of the shape's gradient falls from 35 to about 1 in natural units).
     """
     means = {name: family.mean(params[name]) for name, family in target.families.items()}
-    means = jax.lax.stop_gradient(means)
+    means = inputs_from_values(jax.lax.stop_gradient(means), target.families, target.log_space)
     if target.local_logdensity_fn is None:
         total = target.logdensity_fn(means)
         return {name: jnp.broadcast_to(total, family.batch_shape) for name, family in target.families.items()}
@@ -59,7 +60,7 @@ def grep_surrogate(params, eps, target: Target, baseline: dict | None = None):
     (:func:`baseline_log_joints`; unbiased for any value that does not depend on ``eps``).
     """
     families = target.families
-    latents = transform_all(params, eps, families)
+    latents = transform_all(params, eps, families, target.log_space)
     log_joint = target.logdensity_fn(latents)
     if target.local_logdensity_fn is None:
         local = {

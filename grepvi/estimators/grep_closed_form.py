@@ -1,7 +1,10 @@
 """G-REP from the closed forms of the paper's supplement (gamma, beta, log-normal).
 
 The same estimator as :mod:`grepvi.estimators.grep`, written out by hand; the tests check
-that both agree draw by draw. With ``f`` the (local) log joint, ``f' = d f / d z``:
+that both agree draw by draw. With ``f`` the (local) log joint, ``f' = d f / d z``; the code
+takes ``f' z`` (``f' z (1 - z)`` for the beta) as the derivative of ``f`` in ``log z``
+(``logit z``), which a log-space target (``Target.log_space``) gives exactly, also where ``z``
+itself rounds to 0 or 1:
 
 Gamma, shape ``a``, rate ``b`` (supplement B), ``k = eps psi_2(a) / (2 sqrt psi_1(a)) + psi_1(a)``::
 
@@ -41,16 +44,17 @@ from grepvi.families.lognormal import LogNormal
 __all__ = ["grep_closed_form"]
 
 
-def _gamma_natural_gradient(family, params, eps, f_prime, f_local):
+def _gamma_natural_gradient(family, params, eps, f_log, f_local):
+    # f_log = d f / d log z = z f'(z)
     natural = family.natural_params(params)
     a, b = natural["concentration"], natural["rate"]
     trigamma, tetragamma = _math.trigamma(a), _math.tetragamma(a)
     sqrt_trigamma = jnp.sqrt(trigamma)
     log_z = family.log_transform(params, eps)
-    z = _math.safe_exp(log_z)
+    z = jnp.exp(log_z)  # only in b z of g_corr, where an underflow to 0 is the right value
     k = eps * tetragamma / (2.0 * sqrt_trigamma) + trigamma
-    g_rep_a = f_prime * z * k
-    g_rep_b = -f_prime * z / b
+    g_rep_a = f_log * k
+    g_rep_b = -f_log / b
     score_a = jnp.log(b) - _math.digamma(a) + log_z
     u_a = k + tetragamma / (2.0 * trigamma)
     g_corr_a = f_local * ((a - 1.0 - b * z) * k + score_a + u_a)
@@ -59,14 +63,14 @@ def _gamma_natural_gradient(family, params, eps, f_prime, f_local):
     return {"concentration": g_rep_a + g_corr_a + entropy_a, "rate": g_rep_b + entropy_b}
 
 
-def _beta_natural_gradient(family, params, eps, f_prime, f_local):
+def _beta_natural_gradient(family, params, eps, f_log, f_local):
+    # f_log = d f / d logit z = z (1 - z) f'(z)
     del f_local  # g_corr = 0 by the choice of sigma.
     a, b = family._ab(params)
     w = eps
     logit = w + _math.digamma(a) - _math.digamma(b)
-    z = jax.nn.sigmoid(logit)
     dphi_da, dphi_db = _zero_correction_dphi(a, b, w, logit)
-    scale = f_prime * z * (1.0 - z)
+    scale = f_log
     digamma_total = _math.digamma(a + b)
     entropy_a = -(a - 1.0) * _math.trigamma(a) + (a + b - 2.0) * _math.trigamma(a + b)
     entropy_b = -(b - 1.0) * _math.trigamma(b) + (a + b - 2.0) * _math.trigamma(a + b)
@@ -77,11 +81,16 @@ def _beta_natural_gradient(family, params, eps, f_prime, f_local):
     }
 
 
-def _lognormal_natural_gradient(family, params, eps, f_prime, f_local):
+def _lognormal_natural_gradient(family, params, eps, f_log, f_local):
+    # f_log = d f / d log z = z f'(z)
     del f_local
     scale = _math.softplus(params["scale"])
-    z = family.transform(params, eps)
-    return {"loc": f_prime * z + 1.0, "scale": f_prime * z * eps + 1.0 / scale}
+    return {"loc": f_log + 1.0, "scale": f_log * eps + 1.0 / scale}
+
+
+def _value_jacobian(family, z):
+    """``dz / du`` for ``u`` the log space of the support: ``z`` or ``z (1 - z)``."""
+    return z * (1.0 - z) if family.support == "unit_interval" else z
 
 
 def _natural_gradient(family, params, eps, f_prime, f_local):
@@ -106,12 +115,19 @@ def grep_closed_form(num_samples: int = 1, compute_variance: bool = False) -> Es
     def single(rng_key, params, target):
         families = target.families
         eps = sample_standardized(rng_key, params, families)
-        latents = transform_all(params, eps, families)
-        log_joint, f_prime = jax.value_and_grad(target.logdensity_fn)(latents)
+        # The formulas need d f / d u in the log space of each support (u = log z, logit z):
+        # a log-space target gives it directly; a value-space one gives f'(z), times dz/du.
+        latents = transform_all(params, eps, families, target.log_space)
+        log_joint, f_log = jax.value_and_grad(target.logdensity_fn)(latents)
+        if not target.log_space:
+            f_log = {
+                name: f_log[name] * _value_jacobian(family, latents[name])
+                for name, family in families.items()
+            }
         local = local_log_joints(target, latents)
         grad = {}
         for name, family in families.items():
-            natural_grad = _natural_gradient(family, params[name], eps[name], f_prime[name], local[name])
+            natural_grad = _natural_gradient(family, params[name], eps[name], f_log[name], local[name])
             if isinstance(family, Gamma):
                 _, pullback = jax.vjp(family.natural_params, params[name])
             elif isinstance(family, Beta):

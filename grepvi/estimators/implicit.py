@@ -56,27 +56,29 @@ def _clamped_sigmoid(logit):
     return jnp.clip(jax.nn.sigmoid(logit), finfo.tiny, 1.0 - finfo.epsneg)
 
 
-def implicit_latent(family, params, rng_key):
+def implicit_latent(family, params, rng_key, log_space=False):
     """One draw ``z(v)`` of ``family``, differentiable in ``params`` (implicitly for
-    gamma-based families)."""
+    gamma-based families); in the log space of its support with ``log_space``."""
     if isinstance(family, Gamma):
         natural = family.natural_params(params)
         log_g = jax.random.loggamma(rng_key, natural["concentration"], family.shape)
-        return _math.safe_exp(log_g - jnp.log(natural["rate"]))
+        log_z = log_g - jnp.log(natural["rate"])
+        return log_z if log_space else _math.safe_exp(log_z)
     if isinstance(family, Beta):
         natural = family.natural_params(params)
         key_a, key_b = jax.random.split(rng_key)
         logit = jax.random.loggamma(key_a, natural["concentration1"], family.shape) - jax.random.loggamma(
             key_b, natural["concentration0"], family.shape
         )
-        return _clamped_sigmoid(logit)
+        return logit if log_space else _clamped_sigmoid(logit)
     if isinstance(family, Dirichlet):
         alpha = family.natural_params(params)["concentration"]
         log_g = jax.random.loggamma(rng_key, alpha, family.shape)
-        return _math.safe_exp(log_g - logsumexp(log_g, -1, keepdims=True))
+        log_z = log_g - logsumexp(log_g, -1, keepdims=True)
+        return log_z if log_space else _math.safe_exp(log_z)
     if isinstance(family, PARAMETER_FREE_FAMILIES):
         eps = family.sample_standardized(params, rng_key)
-        return family.transform(params, eps)
+        return family.log_space_transform(params, eps) if log_space else family.transform(params, eps)
     raise ConfigError(
         f"implicit: no implicit or standard reparameterization for {type(family).__name__}; "
         "use estimator='grep' (any family with a standardization) or 'bbvi' (any family)"
@@ -100,7 +102,10 @@ def implicit(num_samples: int = 1, compute_variance: bool = False) -> Estimator:
         keys = dict(zip(sorted(families), jax.random.split(rng_key, len(families)), strict=True))
 
         def latents_fn(p):
-            return {name: implicit_latent(family, p[name], keys[name]) for name, family in families.items()}
+            return {
+                name: implicit_latent(family, p[name], keys[name], target.log_space)
+                for name, family in families.items()
+            }
 
         grad, elbo = jax.grad(pathwise_surrogate, has_aux=True)(params, latents_fn, target)
         return grad, EstimateInfo(elbo=elbo, extras={})

@@ -153,16 +153,20 @@ def _draw_noise(family, params, rng_key, boost):
     )
 
 
-def _latent(family, params, noise):
+def _latent(family, params, noise, log_space=False):
+    """The reparameterized draw, as a value or in the log space of the support."""
     if isinstance(family, PARAMETER_FREE_FAMILIES):
-        return family.transform(params, noise)
+        return family.log_space_transform(params, noise) if log_space else family.transform(params, noise)
     shapes = _gamma_shapes(family, params)
     log_g = [log_gamma_reparameterized(a, n) for a, n in zip(shapes, noise, strict=True)]
     if isinstance(family, Gamma):
-        return _math.safe_exp(log_g[0] - jnp.log(family.natural_params(params)["rate"]))
+        log_z = log_g[0] - jnp.log(family.natural_params(params)["rate"])
+        return log_z if log_space else _math.safe_exp(log_z)
     if isinstance(family, Beta):
-        return _clamped_sigmoid(log_g[0] - log_g[1])
-    return _math.safe_exp(log_g[0] - logsumexp(log_g[0], -1, keepdims=True))
+        logit = log_g[0] - log_g[1]
+        return logit if log_space else _clamped_sigmoid(logit)
+    log_z = log_g[0] - logsumexp(log_g[0], -1, keepdims=True)
+    return log_z if log_space else _math.safe_exp(log_z)
 
 
 def _log_pi(family, params, noise):
@@ -179,7 +183,10 @@ def _log_pi(family, params, noise):
 def rsvi_surrogate(params, noise, target, correction=True):
     """Surrogate whose gradient is one RSVI sample and whose value is the ELBO estimate."""
     families = target.families
-    latents = {name: _latent(family, params[name], noise[name]) for name, family in families.items()}
+    latents = {
+        name: _latent(family, params[name], noise[name], target.log_space)
+        for name, family in families.items()
+    }
     log_joint = target.logdensity_fn(latents)
     elbo = log_joint + total_entropy(params, families)
     if not correction:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Family", "Posterior"]
+__all__ = ["Family", "Posterior", "to_log_space", "from_log_space"]
 
 Params = dict[str, jax.Array]
 
@@ -109,6 +109,30 @@ class Family(abc.ABC):
         """``log q_eps(eps; v) = log q(T(eps; v); v) + log J(eps, v)`` (paper Eq. 3)."""
         return self.log_prob(params, self.transform(params, eps)) + self.log_abs_det_jacobian(params, eps)
 
+    # --- the model's inputs in log space ----------------------------------------------
+    # A target with ``log_space=True`` receives every latent in the space of its support
+    # where float rounding cannot hurt: ``log z`` for positive and simplex latents, ``logit z
+    # = log z - log(1 - z)`` for the unit interval (``log z = log_sigmoid(u)``, ``log(1 - z)
+    # = log_sigmoid(-u)``, both exact), ``z`` itself on the real line. The families draw in
+    # that space already, so nothing is clamped or rounded to 0 or 1 on the way to the model.
+
+    def log_space_transform(self, params: Params, eps) -> jax.Array:
+        """``T(eps; v)`` in the log space of the support (see above), differentiable in ``v``."""
+        if self.support == "unit_interval":
+            return self.logit_transform(params, eps)
+        if self.support in ("positive", "simplex"):
+            return self.log_transform(params, eps)
+        return self.transform(params, eps)
+
+    def to_log_space(self, z) -> jax.Array:
+        """A value ``z`` in the log space of the support (``log``, ``logit`` or itself)."""
+        return to_log_space(z, self.support)
+
+    def sample_log_space(self, params: Params, rng_key, sample_shape=()) -> jax.Array:
+        """A draw of ``q`` in the log space of the support; no gradient flows through it."""
+        eps = self.sample_standardized(params, rng_key, sample_shape)
+        return jax.lax.stop_gradient(self.log_space_transform(params, eps))
+
     # --- information geometry (natural-gradient steps) ----------------------------------
     has_fisher = False  # True where fisher_solve / fisher_quad have closed forms
     # Parameters stored as softplus^{-1}(theta - floor) of a positive theta: natural-gradient
@@ -167,6 +191,29 @@ class Posterior:
 
     def __repr__(self):
         return f"Posterior({type(self.family).__name__}, shape={self.family.shape})"
+
+
+def to_log_space(z, support: str) -> jax.Array:
+    """``z`` in the log space of ``support``: ``log z`` (positive, simplex), ``logit z``
+    (unit interval), ``z`` (real)."""
+    z = jnp.asarray(z)
+    if support == "unit_interval":
+        return jnp.log(z) - jnp.log1p(-z)
+    if support in ("positive", "simplex"):
+        return jnp.log(z)
+    return z
+
+
+def from_log_space(u, support: str) -> jax.Array:
+    """The inverse of :func:`to_log_space`: ``exp``, ``sigmoid`` or the identity, clamped
+    as the families' ``transform`` (``grepvi._math.safe_exp``, ``safe_sigmoid``)."""
+    from grepvi import _math
+
+    if support == "unit_interval":
+        return _math.safe_sigmoid(u)
+    if support in ("positive", "simplex"):
+        return _math.safe_exp(u)
+    return u
 
 
 def _broadcast_init(value, shape, dtype):

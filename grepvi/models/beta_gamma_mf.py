@@ -13,9 +13,12 @@ Latents and axes: ``z: ("n", "k")`` (local), ``w: ("k", "d")`` (global); data ``
 ``likelihood`` over ``("n", "d")`` and ``w_prior`` over ``("k", "d")``; the uniform prior of
 ``z`` is ``log 1 = 0`` and has no factor.
 
-Numerics: ``logit z = log z - log1p(-z)`` (the beta family hands the model ``z`` clamped
-inside ``(0, 1)``), and ``log Bernoulli(x; sigmoid(l)) = -softplus((1 - 2x) l)``, which is
-``x l - softplus(l)`` without its cancellation for large ``|l|``.
+Numerics: the factors take the latents in log space (``Model.log_space``): ``logit z``, which
+the beta family draws as ``log g1 - log g2`` of two gamma variates, so no ``z`` is rounded to
+0 or 1 on its way (a beta draw within ``1e-9`` of 1 has a logit of 21, not the 15.9 of the
+clamped float32 ``z``), and ``log w``. ``log Bernoulli(x; sigmoid(l)) = -softplus((1 - 2x)
+l)``, which is ``x l - softplus(l)`` without its cancellation for large ``|l|``.
+``model.logdensity_fn`` and the other value-space functions take ``z`` and convert.
 
 Default variational families (``Model.latents()``): ``z`` a beta with both shapes ``1``
 (uniform, the prior) jittered by 10%; ``w`` a gamma of shape ``softplus(0.5) ~ 0.97`` (as for
@@ -36,8 +39,8 @@ from grepvi import _math
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Beta, Gamma
-from grepvi.models.factors import Factor, gamma_log_density, log_joint
-from grepvi.models.model import Model
+from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
+from grepvi.models.model import Model, value_space_functions
 from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION, INIT_NOISE, _positive
 
 __all__ = ["beta_gamma_mf", "bernoulli_log_likelihood", "logit"]
@@ -90,15 +93,16 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
     latent_axes = {"z": ("n", "k"), "w": ("k", "d")}
     axis_sizes = {"n": num_observations, "d": num_dimensions, "k": k}
 
-    def logits(latents):
-        return logit(latents["z"]) @ latents["w"]
+    # The latents arrive as logit z and log w (log_space=True).
+    def logits(log_latents):
+        return log_latents["z"] @ jnp.exp(log_latents["w"])
 
-    def likelihood(latents, data):
-        return bernoulli_log_likelihood(data["x"], logits(latents))
+    def likelihood(log_latents, data):
+        return bernoulli_log_likelihood(data["x"], logits(log_latents))
 
-    def w_prior(latents, data):
-        return gamma_log_density(
-            latents["w"], hyperparameters["weight_shape"], hyperparameters["weight_rate"]
+    def w_prior(log_latents, data):
+        return gamma_log_density_log_space(
+            log_latents["w"], hyperparameters["weight_shape"], hyperparameters["weight_rate"]
         )
 
     joint = log_joint(
@@ -125,11 +129,18 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
             ),
         }
 
-    def observation_loglik(latent_values, observed):
-        return bernoulli_log_likelihood(observed["x"], logits(latent_values))
+    def log_space_observation_loglik(log_latents, observed):
+        return bernoulli_log_likelihood(observed["x"], logits(log_latents))
 
-    def mean_observation(latent_values):
-        return jax.nn.sigmoid(logits(latent_values))
+    def log_space_mean_observation(log_latents):
+        return jax.nn.sigmoid(logits(log_latents))
+
+    values = value_space_functions(
+        joint,
+        {"z": "unit_interval", "w": "positive"},
+        log_space_observation_loglik,
+        log_space_mean_observation,
+    )
 
     def sample(rng_key, num_observations=None):
         n = num_observations if num_observations is not None else num_observations_default
@@ -144,18 +155,20 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
         name="beta_gamma_mf",
         data=data,
         joint=joint,
-        logdensity_fn=joint.logdensity_fn,
-        local_logdensity_fn=joint.local_logdensity_fn,
-        logdensity_and_local_fn=joint.logdensity_and_local_fn,
+        logdensity_fn=values.logdensity_fn,
+        local_logdensity_fn=values.local_logdensity_fn,
+        logdensity_and_local_fn=values.logdensity_and_local_fn,
         latents=latents,
         local_latent_names=("z",),
         global_latent_names=("w",),
-        observation_loglik=observation_loglik,
-        mean_observation=mean_observation,
+        observation_loglik=values.observation_loglik,
+        mean_observation=values.mean_observation,
         sample=sample,
         prepare_data=prepare_data,
         with_data=with_data,
         hyperparameters=hyperparameters,
+        log_space=True,
+        log_space_observation_loglik=log_space_observation_loglik,
     )
 
 

@@ -409,6 +409,17 @@ def log_joint(
 # --- small shared pieces of the paper's models ----------------------------------------------
 
 
+def gamma_log_density_log_space(log_z, shape, rate):
+    """``log Gamma(z; shape, rate)`` per element as a function of ``log z`` (the density of
+    ``z``, no Jacobian): ``shape log rate - log Gamma(shape) + (shape - 1) log z - rate e^log z``."""
+    return (
+        shape * jnp.log(rate)
+        - jax.scipy.special.gammaln(jnp.asarray(shape, jnp.result_type(log_z)))
+        + (shape - 1.0) * log_z
+        - rate * jnp.exp(log_z)
+    )
+
+
 def gamma_log_density(z, shape, rate, log_z=None):
     """``log Gamma(z; shape, rate)`` per element (shape/rate parameterization)."""
     log_z = jnp.log(z) if log_z is None else log_z

@@ -13,11 +13,12 @@ from typing import Any, NamedTuple
 
 import jax
 
+from grepvi.errors import ConfigError
 from grepvi.estimators.base import Target
-from grepvi.families.base import Family
+from grepvi.families.base import Family, to_log_space
 from grepvi.models.factors import LogJoint
 
-__all__ = ["Model", "OBSERVATION_AXIS"]
+__all__ = ["Model", "OBSERVATION_AXIS", "ValueSpaceFunctions", "value_space_functions"]
 
 OBSERVATION_AXIS = "n"
 
@@ -48,6 +49,12 @@ class Model(NamedTuple):
         factors read (e.g. ``log x!``).
       with_data: ``x -> Model``, the same model (hyperparameters) with other observations.
       hyperparameters: the constructor's keyword arguments.
+      log_space: the factors (``joint``'s functions and ``log_space_observation_loglik``)
+        take every latent in the log space of its support (``log z``, ``logit z``; see
+        :class:`~grepvi.Target`). ``target()`` hands them the families' exact log-space
+        draws; ``logdensity_fn``, ``observation_loglik`` and ``mean_observation`` above take
+        values ``z`` and convert (for checks and interactive use).
+      log_space_observation_loglik: ``observation_loglik`` of log-space latents.
     """
 
     name: str
@@ -65,6 +72,8 @@ class Model(NamedTuple):
     prepare_data: Callable[[Any], dict]
     with_data: Callable[[Any], "Model"]
     hyperparameters: dict
+    log_space: bool = False
+    log_space_observation_loglik: Callable[[dict, dict], jax.Array] | None = None
 
     @property
     def observations(self) -> jax.Array:
@@ -91,9 +100,30 @@ class Model(NamedTuple):
         """The :class:`~grepvi.Target` (functions of ``(latents, data)``; pass ``model.data``
         to the step). Default families unless given."""
         families = self.latents() if families is None else dict(families)
+        if not self.log_space:
+            return Target(
+                self.logdensity_fn, families, self.local_logdensity_fn if use_local else None, takes_data=True
+            )
+        self.check_supports(families)
         return Target(
-            self.logdensity_fn, families, self.local_logdensity_fn if use_local else None, takes_data=True
+            self.joint.logdensity_fn,
+            families,
+            self.joint.local_logdensity_fn if use_local else None,
+            takes_data=True,
+            log_space=True,
         )
+
+    def check_supports(self, families: dict[str, Family]) -> None:
+        """Raises ``ConfigError`` where a family's support differs from the default family's:
+        the log-space factors would read its draws in the wrong space."""
+        defaults = self.latents()
+        for name, family in families.items():
+            expected = defaults[name].support if name in defaults else None
+            if expected is not None and family.support != expected:
+                raise ConfigError(
+                    f"latents[{name!r}]: {type(family).__name__} has support {family.support!r}; "
+                    f"{self.name} needs a family on {expected!r} for {name!r}"
+                )
 
     def bound(self, data: dict | None = None):
         """``(logdensity_fn, local_logdensity_fn)`` of the latents only, with ``data`` (default
@@ -104,3 +134,36 @@ class Model(NamedTuple):
             lambda latents: self.logdensity_fn(latents, data),
             lambda latents: self.local_logdensity_fn(latents, data),
         )
+
+
+class ValueSpaceFunctions(NamedTuple):
+    """A log-space model's functions of the values ``z`` (what ``Model`` exposes as
+    ``logdensity_fn`` etc.)."""
+
+    logdensity_fn: Callable
+    local_logdensity_fn: Callable
+    logdensity_and_local_fn: Callable
+    observation_loglik: Callable
+    mean_observation: Callable
+
+
+def value_space_functions(
+    joint: LogJoint, supports: dict[str, str], log_space_observation_loglik, log_space_mean_observation
+) -> ValueSpaceFunctions:
+    """The functions of values ``z`` of a model whose factors take log-space latents:
+    each is the log-space function after :func:`~grepvi.families.base.to_log_space` of the
+    latents (``supports``: each latent's support)."""
+
+    def convert(latents):
+        return {
+            name: to_log_space(value, supports[name]) if name in supports else value
+            for name, value in latents.items()
+        }
+
+    return ValueSpaceFunctions(
+        lambda latents, data: joint.logdensity_fn(convert(latents), data),
+        lambda latents, data: joint.local_logdensity_fn(convert(latents), data),
+        lambda latents, data: joint.logdensity_and_local_fn(convert(latents), data),
+        lambda latents, data: log_space_observation_loglik(convert(latents), data),
+        lambda latents: log_space_mean_observation(convert(latents)),
+    )

@@ -26,9 +26,13 @@ Factors: ``likelihood`` over ``("n", "d")``; ``z{l}_prior`` over ``("n", "k{l}")
 ``-log x!`` (a constant; it also centres the local log joints of ``z1`` and ``W0`` near zero,
 which lowers the variance of G-REP's correction term).
 
-Numerics: the Poisson rate ``z1 W0`` and the prior means ``z^(l+1) W^(l)`` are clamped to the
-smallest normal float (products of two tiny gamma draws underflow to 0); the clamp has zero
-gradient, and it only ever acts on draws that would otherwise give ``-inf``.
+Numerics: the factors take every latent in log space (``Model.log_space``; the gamma families
+draw there): ``log z`` and ``log W``, never ``z`` rounded to 0. The Poisson rate and the prior
+means are computed as ``log(z W) = log_matmul_exp(log z, log W)`` (:func:`grepvi._math.
+log_matmul_exp`), so that a mean of ``1e-60`` stays ``1e-60`` and the prior's ``alpha z / m``
+is ``alpha exp(log z - log m)``, whose derivative is finite where ``alpha z / m^2`` overflowed
+float32 (Olivetti at the paper's eta = 5 skipped 1.5% of its steps for that reason).
+``model.logdensity_fn`` and the other value-space functions take ``z`` and convert.
 
 Default variational families (``Model.latents()``) follow the authors' code
 (blei-lab/ars-reparameterization, ``sparse gamma def/run_gamma.py``): every latent a gamma
@@ -48,8 +52,8 @@ from grepvi import _math
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Gamma
-from grepvi.models.factors import Factor, gamma_log_density, log_joint
-from grepvi.models.model import Model
+from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
+from grepvi.models.model import Model, value_space_functions
 
 __all__ = ["sparse_gamma_def", "poisson_log_likelihood", "MAX_SAMPLED_RATE"]
 
@@ -64,6 +68,12 @@ def poisson_log_likelihood(x, rate, log_factorial=None):
     rate = jnp.maximum(rate, jnp.finfo(jnp.result_type(rate)).tiny)
     log_factorial = gammaln(x + 1.0) if log_factorial is None else log_factorial
     return x * jnp.log(rate) - rate - log_factorial
+
+
+def poisson_log_likelihood_log_rate(x, log_rate, log_factorial=None):
+    """``log Poisson(x; exp(log_rate))`` per entry: ``x log_rate - exp(log_rate) - log x!``."""
+    log_factorial = gammaln(x + 1.0) if log_factorial is None else log_factorial
+    return x * log_rate - jnp.exp(log_rate) - log_factorial
 
 
 def _positive(value, name):
@@ -150,36 +160,36 @@ def sparse_gamma_def(
     latent_axes["W0"] = ("k1", "d")
     latent_axes.update({f"W{l}": (f"k{l + 1}", f"k{l}") for l in range(1, num_layers)})
 
-    def rate(latents):
-        return latents["z1"] @ latents["W0"]
+    # Every latent arrives as its logarithm (log_space=True).
+    def log_rate(log_latents):
+        return _math.log_matmul_exp(log_latents["z1"], log_latents["W0"])
 
-    def likelihood(latents, data):
-        return poisson_log_likelihood(data["x"], rate(latents), data["log_factorial"])
+    def likelihood(log_latents, data):
+        return poisson_log_likelihood_log_rate(data["x"], log_rate(log_latents), data["log_factorial"])
 
     def layer_prior(l):
-        def factor(latents, data):
-            z = latents[f"z{l}"]
-            mean = latents[f"z{l + 1}"] @ latents[f"W{l}"]
-            log_mean = jnp.log(jnp.maximum(mean, jnp.finfo(mean.dtype).tiny))
+        def factor(log_latents, data):
+            log_z = log_latents[f"z{l}"]
+            log_mean = _math.log_matmul_exp(log_latents[f"z{l + 1}"], log_latents[f"W{l}"])
             # Gamma(alpha, alpha / mean): alpha log(alpha / mean) - lgamma(alpha)
             #                             + (alpha - 1) log z - alpha z / mean
             return (
                 alpha * (np.log(alpha) - log_mean)
                 - gammaln(alpha)
-                + (alpha - 1.0) * jnp.log(z)
-                - alpha * z * jnp.exp(-log_mean)
+                + (alpha - 1.0) * log_z
+                - alpha * jnp.exp(log_z - log_mean)
             )
 
         return factor
 
-    def top_prior(latents, data):
-        return gamma_log_density(
-            latents[f"z{num_layers}"], hyperparameters["top_shape"], hyperparameters["top_rate"]
+    def top_prior(log_latents, data):
+        return gamma_log_density_log_space(
+            log_latents[f"z{num_layers}"], hyperparameters["top_shape"], hyperparameters["top_rate"]
         )
 
     def weight_prior(name):
-        return lambda latents, data: gamma_log_density(
-            latents[name], hyperparameters["weight_shape"], hyperparameters["weight_rate"]
+        return lambda log_latents, data: gamma_log_density_log_space(
+            log_latents[name], hyperparameters["weight_shape"], hyperparameters["weight_rate"]
         )
 
     factors = [Factor("likelihood", ("n", "d"), likelihood)]
@@ -200,8 +210,20 @@ def sparse_gamma_def(
             for name in joint.latent_axes
         }
 
-    def observation_loglik(latent_values, observed):
-        return poisson_log_likelihood(observed["x"], rate(latent_values), observed["log_factorial"])
+    def log_space_observation_loglik(log_latents, observed):
+        return poisson_log_likelihood_log_rate(
+            observed["x"], log_rate(log_latents), observed["log_factorial"]
+        )
+
+    def log_space_mean_observation(log_latents):
+        return jnp.exp(log_rate(log_latents))
+
+    values = value_space_functions(
+        joint,
+        {name: "positive" for name in latent_axes},
+        log_space_observation_loglik,
+        log_space_mean_observation,
+    )
 
     def sample(rng_key, num_observations=None):
         n = num_observations if num_observations is not None else num_observations_default
@@ -216,18 +238,20 @@ def sparse_gamma_def(
         name="sparse_gamma_def",
         data=data,
         joint=joint,
-        logdensity_fn=joint.logdensity_fn,
-        local_logdensity_fn=joint.local_logdensity_fn,
-        logdensity_and_local_fn=joint.logdensity_and_local_fn,
+        logdensity_fn=values.logdensity_fn,
+        local_logdensity_fn=values.local_logdensity_fn,
+        logdensity_and_local_fn=values.logdensity_and_local_fn,
         latents=latents,
         local_latent_names=tuple(z_names),
         global_latent_names=tuple(w_names),
-        observation_loglik=observation_loglik,
-        mean_observation=rate,
+        observation_loglik=values.observation_loglik,
+        mean_observation=values.mean_observation,
         sample=sample,
         prepare_data=prepare_data,
         with_data=with_data,
         hyperparameters=hyperparameters,
+        log_space=True,
+        log_space_observation_loglik=log_space_observation_loglik,
     )
 
 
