@@ -34,12 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import experiments
+from grepvi import config
 from grepvi.data import load_dataset
 from grepvi.estimators import get_estimator
 from grepvi.inference import init, step
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
 from grepvi.optim import advi_stepsize
+from grepvi.paper import PAPER_ETA
 
 PAIRS = (
     ("sparse-gamma-def", "olivetti"),
@@ -60,8 +61,8 @@ def data_dir(explicit=None):
 
 
 def eta(dataset: str, estimator: str) -> float:
-    default = experiments.DEFAULT_ETA_BY_ESTIMATOR.get(estimator, experiments.DEFAULT_ETA)
-    return experiments.PAPER_ETA.get((dataset, estimator), default)
+    default = config.DEFAULT_ETA_BY_ESTIMATOR.get(estimator, config.DEFAULT_ETA)
+    return PAPER_ETA.get((dataset, estimator), default)
 
 
 def build(model_name, data, layer_sizes, num_factors):

@@ -149,8 +149,8 @@ def adaptive_candidates(
 
 
 def fit(
-    logdensity_fn: Callable[[dict], jax.Array],
-    latents: dict[str, Family],
+    logdensity_fn: Callable[[dict], jax.Array] | Target,
+    latents: dict[str, Family] | None = None,
     estimator: str | Estimator = "grep",
     *,
     num_steps: int | None = None,
@@ -180,7 +180,9 @@ def fit(
 
     Args:
       logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays, or of
-        ``(latents, data)`` when ``data`` is given (a model's ``logdensity_fn``).
+        ``(latents, data)`` when ``data`` is given (a model's ``logdensity_fn``); or a
+        :class:`~grepvi.Target` (``model.target()``: the model's log-space factors, its
+        families and Markov blankets), then ``latents`` may be left out.
       latents: each latent's name mapped to its family, e.g.
         ``{"rate": grepvi.Gamma(shape=(3,))}``.
       estimator: a registered name (``grepvi.estimator_names()``) or an ``Estimator``.
@@ -238,9 +240,16 @@ def fit(
     if num_samples is not None:
         options["num_samples"] = num_samples
     estimator = get_estimator(estimator, **options)
-    target = make_target(
-        logdensity_fn, latents, local_logdensity_fn, takes_data=data is not None, log_space=log_space
-    )
+    if isinstance(logdensity_fn, Target):
+        target = logdensity_fn
+        if latents is not None:
+            target = target._replace(families=dict(latents))
+        if target.takes_data and data is None:
+            raise ConfigError("data: this target takes (latents, data); pass data= (e.g. model.data)")
+    else:
+        target = make_target(
+            logdensity_fn, latents, local_logdensity_fn, takes_data=data is not None, log_space=log_space
+        )
     target = target._replace(families=estimator.adapt_families(target.families))
     if data is not None:
         data = jax.tree_util.tree_map(jnp.asarray, data)

@@ -237,6 +237,11 @@ def make_window(target: Target, estimator: Estimator, optimizer, length: int, da
     def window(state, active=length):
         return compiled(state, data, active)
 
+    def warm_up(state):
+        """Compiles the window for ``state`` without running it (the call then reuses it)."""
+        compiled.lower(state, data, length).compile()
+
     window.length = length
     window.compiled = compiled
+    window.warm_up = warm_up
     return window

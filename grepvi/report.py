@@ -10,6 +10,8 @@ From run folders (see :mod:`grepvi.runs`) :func:`build_report` writes into one f
   (Table 1);
 * ``samples.png``: ELBO and average gradient variance for several numbers of samples over
   the first 200 iterations (supplement Fig. 3);
+* ``heldout_loglik.png``: the held-out log-likelihood of every run beside the paper's (Fig. 2b,
+  :mod:`grepvi.heldout_figure`);
 * ``reconstructions_<data>.png``: true images beside the mean observation of one posterior
   draw, per estimator (supplement Figs. 4-6);
 * ``summary.md`` / ``summary.json``: all of the above, with the paper's numbers beside ours.
@@ -540,6 +542,9 @@ def build_report(paths, out) -> dict:
             figures.append(
                 reconstruction_figure(group, out / f"reconstructions{suffix or '_' + dataset}.png")
             )
+    from grepvi.heldout_figure import heldout_figure
+
+    figures.append(heldout_figure(runs, out / "heldout_loglik.png"))
     figures = [f for f in figures if f is not None]
     (h_ll, r_ll), (h_t, r_t), (h_p, r_p) = _tables(runs)
     atomic_write_text(out / "test_loglik.md", _markdown_table(h_ll, r_ll))

@@ -358,3 +358,24 @@ def test_grep_fit_end_to_end(tmp_path):
     assert _fit(out, "--num-steps", "30", estimator="grep") == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["estimator"] == "grep" and math.isfinite(metrics["test_loglik_per_entry"]["mean"])
+
+
+def test_heldout_figure_puts_ours_beside_the_paper(tmp_path):
+    """Figure 2b: one panel per data set with a run; the paper's numbers parsed from
+    ``grepvi.paper``; the longest run of a cell is the one shown."""
+    from grepvi.heldout_figure import _ours, heldout_figure, paper_loglik
+
+    assert paper_loglik("olivetti", "grep") == (-4.48, 0.01)
+    assert paper_loglik("omniglot", "bbvi") is None
+
+    def record(dataset, estimator, mean, seconds):
+        config = {"options": {"estimator": estimator, "model": "m"}, "dataset": {"name": dataset}}
+        metrics = {"test_loglik_per_entry": {"mean": mean, "std": 0.01}, "training_time_s": seconds}
+        return report.RunRecord(tmp_path, config, metrics, {})
+
+    runs_ = [record("olivetti", "grep", -4.5, 60.0), record("olivetti", "grep", -4.4, 600.0)]
+    runs_.append(record("mnist", "advi", -0.12, 600.0))
+    assert _ours(runs_, "olivetti", "grep")[0] == -4.4
+    path = heldout_figure(runs_, tmp_path / "fig.png")
+    assert _png_ok(path)
+    assert heldout_figure([record("synthetic", "grep", -1.0, 1.0)], tmp_path / "none.png") is None

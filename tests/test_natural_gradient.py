@@ -162,3 +162,35 @@ def test_doctests_of_fit_and_step_sizes():
     for module in (grepvi.fitting, grepvi.optim):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module
+
+
+def _fake_candidates(seconds_per_window, clock, elbo_by_label):
+    """Candidates whose windows "take" ``seconds_per_window`` on ``clock`` (a list holding the
+    fake time) and report a constant ELBO."""
+
+    def make(label):
+        def window_fn(state, active):
+            clock[0] += seconds_per_window
+            out = {"elbo": np.full(active, elbo_by_label[label]), "finite": np.ones(active, bool)}
+            return state + active, None, out
+
+        window_fn.length = 100
+        return adaptive.Candidate(label, 0, window_fn, 0.1)
+
+    return [make(label) for label in elbo_by_label]
+
+
+def test_the_trial_fits_its_share_of_the_time_budget():
+    """Four candidates, 3 windows each, 10 s per window: 120 s of trial. With a limit of 50 s
+    each runs one window (all the same number, so they compare at the same iteration), and
+    the best is still chosen; without a limit, or with room for it, all three run."""
+    elbos = {"natural": -10.0, "adam-0.1": -5.0, "adam-1": -7.0, "adam-0.01": -9.0}
+    for limit, expected_windows in ((50.0, 1), (None, 3), (200.0, 3), (95.0, 2)):
+        clock = [0.0]
+        best, scores, runs = adaptive.run_trial(
+            _fake_candidates(10.0, clock, elbos), 3, time_limit=limit, clock=lambda c=clock: c[0]
+        )
+        assert [len(outputs) for _, outputs in runs] == [expected_windows] * 4, limit
+        assert best == 1 and scores["adam-0.1"] == -5.0
+        if limit is not None:
+            assert clock[0] <= limit + 10.0  # projected, so at most one window over

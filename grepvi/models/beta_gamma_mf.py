@@ -95,7 +95,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
 
     # The latents arrive as logit z and log w (log_space=True).
     def logits(log_latents):
-        return log_latents["z"] @ jnp.exp(log_latents["w"])
+        return log_latents["z"] @ _math.exp_linear_tail(log_latents["w"])
 
     def likelihood(log_latents, data):
         return bernoulli_log_likelihood(data["x"], logits(log_latents))

@@ -73,7 +73,7 @@ def poisson_log_likelihood(x, rate, log_factorial=None):
 def poisson_log_likelihood_log_rate(x, log_rate, log_factorial=None):
     """``log Poisson(x; exp(log_rate))`` per entry: ``x log_rate - exp(log_rate) - log x!``."""
     log_factorial = gammaln(x + 1.0) if log_factorial is None else log_factorial
-    return x * log_rate - jnp.exp(log_rate) - log_factorial
+    return x * log_rate - _math.exp_linear_tail(log_rate) - log_factorial
 
 
 def _positive(value, name):
@@ -177,7 +177,7 @@ def sparse_gamma_def(
                 alpha * (np.log(alpha) - log_mean)
                 - gammaln(alpha)
                 + (alpha - 1.0) * log_z
-                - alpha * jnp.exp(log_z - log_mean)
+                - alpha * _math.exp_linear_tail(log_z - log_mean)
             )
 
         return factor
@@ -216,7 +216,7 @@ def sparse_gamma_def(
         )
 
     def log_space_mean_observation(log_latents):
-        return jnp.exp(log_rate(log_latents))
+        return jnp.exp(log_rate(log_latents))  # evaluation only: no gradient
 
     values = value_space_functions(
         joint,
