@@ -234,3 +234,65 @@ def test_log_space_model_refuses_a_family_on_another_support():
     families["W0"] = grepvi.Normal(shape=families["W0"].shape)
     with pytest.raises(ConfigError, match=r"latents\['W0'\].*'positive'"):
         model.target(families)
+
+
+def test_exp_linear_tail_is_exp_below_30_and_finite_above():
+    x = jnp.asarray([-100.0, 0.0, 10.0, 29.9, 30.0, 30.1, 1e3, 1e7], jnp.float32)
+    value = np.asarray(_math.exp_linear_tail(x), np.float64)
+    slope = np.asarray(jax.vmap(jax.grad(_math.exp_linear_tail))(x), np.float64)
+    np.testing.assert_allclose(value[:5], np.exp(np.asarray(x[:5], np.float64)), rtol=1e-5, atol=1e-38)
+    assert np.all(np.isfinite(value)) and np.all(np.isfinite(slope)) and np.all(np.diff(value) > 0)
+    np.testing.assert_allclose(slope[4:], np.exp(30.0), rtol=1e-5)  # continuous derivative at 30
+    np.testing.assert_allclose(value[5], np.exp(30.0) * 1.1, rtol=1e-5)
+
+
+def test_log_matmul_exp_derivative_where_the_plain_one_is_nan():
+    """An entry whose terms sit far below the row's and the column's maxima (shifted product
+    ``e^-60 = 9e-27``) with a cotangent of 1e20: the plain VJP divides to 1e46 (inf) and
+    multiplies by an underflowed ``e^-200 = 0`` (NaN); the scaled VJP equals the float64
+    softmax-weighted sum."""
+    log_a = jnp.asarray([[0.0, -60.0], [-1.0, -2.0]], jnp.float32)
+    log_b = jnp.asarray([[-200.0], [0.0]], jnp.float32)
+    cotangent = jnp.asarray([[1e20], [1.0]], jnp.float32)
+
+    def plain(a, b):
+        sa = jax.lax.stop_gradient(jnp.max(a, -1, keepdims=True))
+        sb = jax.lax.stop_gradient(jnp.max(b, -2, keepdims=True))
+        return jnp.log(jnp.exp(a - sa) @ jnp.exp(b - sb)) + sa + sb
+
+    def grads(fn):
+        return jax.grad(lambda a, b: jnp.sum(cotangent * fn(a, b)), argnums=(0, 1))(log_a, log_b)
+
+    assert not all(np.all(np.isfinite(g)) for g in grads(plain))
+    ours = grads(_math.log_matmul_exp)
+    a64, b64, g64 = (np.asarray(v, np.float64) for v in (log_a, log_b, cotangent))
+    out = logsumexp(a64[:, :, None] + b64[None], axis=1)
+    weights = np.exp(a64[:, :, None] + b64[None] - out[:, None, :])  # (n, k, d)
+    expected_a = np.einsum("nd,nkd->nk", g64, weights)
+    expected_b = np.einsum("nd,nkd->kd", g64, weights)
+    np.testing.assert_allclose(ours[0], expected_a, rtol=1e-4, atol=1e-30)
+    np.testing.assert_allclose(ours[1], expected_b, rtol=1e-4, atol=1e-30)
+
+
+def test_grep_gradients_finite_at_the_shape_floor():
+    """Every gamma of a small DEF at shape 1e-5 (``log z`` spread over +-1e5, what Eq. 9's
+    first steps at eta = 5 make of Olivetti's top layers): 200 G-REP gradient draws of the
+    log-space target are all finite (with a plain ``exp`` in the priors, and the plain VJP of
+    ``log_matmul_exp``, 98.6% of Olivetti's steps had a non-finite gradient)."""
+    model = _def_model()
+    target = model.target()
+    params = {
+        name: {"concentration": jnp.full(f.shape, -11.5), "mean": jnp.full(f.shape, 0.5)}
+        for name, f in target.families.items()
+    }
+    estimator = get_estimator("grep")
+
+    def one(key):
+        from grepvi.estimators.base import bind_data
+
+        grad, _ = estimator.estimate(key, params, bind_data(target, model.data))
+        return grad
+
+    grads = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(0), 200))
+    for leaf in jax.tree_util.tree_leaves(grads):
+        assert np.all(np.isfinite(np.asarray(leaf)))

@@ -413,7 +413,7 @@ def log_joint(
 def gamma_log_density_log_space(log_z, shape, rate):
     """``log Gamma(z; shape, rate)`` per element as a function of ``log z`` (the density of
     ``z``, no Jacobian): ``shape log rate - log Gamma(shape) + (shape - 1) log z - rate e^log z``
-    (``e^log z`` continued linearly above ``e^50``, :func:`grepvi._math.exp_linear_tail`)."""
+    (``e^log z`` continued linearly above ``e^30``, :func:`grepvi._math.exp_linear_tail`)."""
     return (
         shape * jnp.log(rate)
         - jax.scipy.special.gammaln(jnp.asarray(shape, jnp.result_type(log_z)))
