@@ -60,7 +60,8 @@ __all__ = [
 ]
 
 
-TRIAL_FRACTION = 0.2  # of a time budget, at most, for the trial (each candidate >= 1 window)
+TRIAL_FRACTION = 0.2  # of a time budget, at most, for the trial
+PROBE_STEPS = 1  # timed steps of the first candidate that size the trial to its time limit (NIPS BBVI: 20 s each)
 STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
 FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE) is a fall
 
@@ -264,6 +265,13 @@ def _window_median(outputs) -> float:
     return float(np.median(good)) if good.size >= 0.5 * elbo.size else -math.inf
 
 
+def _last_steps(outputs: list, count: int) -> dict:
+    """The ``elbo`` and ``finite`` of the last ``count`` steps of a list of window outputs."""
+    elbo = np.concatenate([np.asarray(out["elbo"]) for out in outputs])[-count:]
+    finite = np.concatenate([np.asarray(out["finite"]) for out in outputs])[-count:]
+    return {"elbo": elbo, "finite": finite}
+
+
 def run_trial(
     candidates: list[Candidate],
     num_windows: int,
@@ -279,45 +287,45 @@ def run_trial(
     (state, [outputs]))``; no candidate runs more than ``max_steps`` iterations. Ties within
     the noise (two standard errors of the medians) go to the earlier candidate.
 
-    ``time_limit`` (seconds): where the whole trial would take longer, every candidate runs
-    fewer windows (at least one; all the same number, so their last windows compare at the
-    same iteration). The projection uses the fastest window of the first candidate so far.
-    A large model (Omniglot: 0.4 s per iteration on 2 cores) would otherwise spend most of a
-    10-minute budget choosing its update rule.
+    ``time_limit`` (seconds): the first candidate's window is compiled, then it runs
+    ``PROBE_STEPS`` step(s) on the clock; from that time per step (and the compilation time,
+    charged once for every other compiled window among the candidates) every candidate runs
+    the same number of steps, as many as fit the limit (at least the probe's, at most
+    ``num_windows`` windows), so that their last windows compare at the same iteration. Windows
+    run only their active steps (:func:`grepvi.loop.make_window`), so a step of seconds (BBVI,
+    30 draws, on MNIST) shortens the windows instead of overrunning the budget; a large model
+    (Omniglot: 0.4 s per iteration) would otherwise spend most of a 10-minute budget choosing
+    its update rule.
     """
     runs, scores, spreads = [], {}, {}
-    allowed = num_windows
     trial_start = clock()
-    durations = []
+    steps = num_windows * candidates[0].window_fn.length
+    if max_steps is not None:
+        steps = min(steps, max_steps)
     for index, candidate in enumerate(candidates):
         state, outputs, done = candidate.state, [], 0
         length = candidate.window_fn.length
-        for window in range(num_windows):
-            if window >= allowed:
-                break
-            if index == 0 and window >= 1 and time_limit is not None:
-                # the most windows k per candidate with elapsed + (k - window + k (n - 1)) t <= limit
-                per_window = max(min(durations), 1e-9)
-                fits = (time_limit - (clock() - trial_start) + window * per_window) / (
-                    per_window * len(candidates)
-                )
-                allowed = max(window, min(allowed, math.floor(fits)))
-                if window >= allowed:
-                    break
-            active = length if max_steps is None else min(length, max_steps - done)
-            if active <= 0:
-                break
-            if (
-                index == 0
-                and window == 0
-                and time_limit is not None
-                and hasattr(candidate.window_fn, "warm_up")
-            ):
-                candidate.window_fn.warm_up(state)  # so that the timed windows exclude compilation
-            window_start = clock()
+        if index == 0 and time_limit is not None and steps > 0:
+            compile_start = clock()
+            if hasattr(candidate.window_fn, "warm_up"):
+                candidate.window_fn.warm_up(state)
+            compile_time = clock() - compile_start
+            probe = min(PROBE_STEPS, steps)
+            probe_start = clock()
+            state, _, out = candidate.window_fn(state, probe)
+            out = _trim(out, probe)  # waits for the result: the clock below is the probe's
+            per_step = max((clock() - probe_start) / probe, 1e-9)
+            done = probe
+            outputs.append(out)
+            if on_window is not None:
+                on_window(candidate.label, done)
+            others = {id(c.window_fn) for c in candidates[1:]} - {id(candidate.window_fn)}
+            room = time_limit - (clock() - trial_start) - compile_time * len(others)
+            fits = math.floor((room + probe * per_step) / (per_step * len(candidates)))
+            steps = max(probe, min(steps, fits))
+        while done < steps:
+            active = min(length, steps - done)
             state, _, out = candidate.window_fn(state, active)
-            if index == 0:
-                durations.append(clock() - window_start)
             out = _trim(out, active)
             done += active
             if on_window is not None:
@@ -326,8 +334,8 @@ def run_trial(
             if not math.isfinite(_window_median(out)):
                 break
         runs.append((state, outputs))
-        last = outputs[-1]
-        scores[candidate.label] = _window_median(last)
+        last = _last_steps(outputs, min(length, steps)) if outputs else {"elbo": np.zeros(0), "finite": []}
+        scores[candidate.label] = _window_median(last) if outputs else -math.inf
         elbo = np.asarray(last["elbo"], np.float64)
         good = elbo[np.isfinite(elbo)]
         spreads[candidate.label] = (
@@ -387,6 +395,8 @@ def run_adaptive(
         chosen = candidates[index]
         state, outputs = runs[index]
         elapsed = time.perf_counter() - start
+        # an upper bound on the chosen rule's time per step until its first timed window
+        per_step = elapsed / sum(np.asarray(out["elbo"]).size for _, outs in runs for out in outs)
         for number, out in enumerate(outputs, start=1):
             done += np.asarray(out["elbo"]).size
             if callback is not None:
@@ -395,6 +405,7 @@ def run_adaptive(
     else:
         chosen = candidates[0]
         state = chosen.state
+        per_step = None
     rho = float(chosen.step_size)
     state = set_step_size(state, rho)
     stage = 0
@@ -424,8 +435,18 @@ def run_adaptive(
             reason = "interrupted"
             break
         active = settings.window if max_steps is None else min(settings.window, max_steps - done)
+        if time_budget is not None and per_step is not None:
+            # the last window runs only the steps that fit (a window of BBVI steps on a large
+            # data set lasts minutes)
+            fits = math.floor((time_budget - (time.perf_counter() - start)) / per_step)
+            if fits < 1:
+                reason = "time_budget"
+                break
+            active = min(active, fits)
+        window_start = time.perf_counter()
         state, window_mean, outputs = chosen.window_fn(state, active)
         outputs = _trim(outputs, active)
+        per_step = (time.perf_counter() - window_start) / active
         elbo = np.asarray(outputs["elbo"], np.float64)
         finite = np.asarray(outputs["finite"], bool)
         done += elbo.size

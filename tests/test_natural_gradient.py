@@ -164,13 +164,13 @@ def test_doctests_of_fit_and_step_sizes():
         assert result.attempted > 0 and result.failed == 0, module
 
 
-def _fake_candidates(seconds_per_window, clock, elbo_by_label):
-    """Candidates whose windows "take" ``seconds_per_window`` on ``clock`` (a list holding the
-    fake time) and report a constant ELBO."""
+def _fake_candidates(seconds_per_step, clock, elbo_by_label):
+    """Candidates whose windows "take" ``seconds_per_step`` per active step on ``clock`` (a list
+    holding the fake time) and report a constant ELBO."""
 
     def make(label):
         def window_fn(state, active):
-            clock[0] += seconds_per_window
+            clock[0] += seconds_per_step * active
             out = {"elbo": np.full(active, elbo_by_label[label]), "finite": np.ones(active, bool)}
             return state + active, None, out
 
@@ -181,16 +181,44 @@ def _fake_candidates(seconds_per_window, clock, elbo_by_label):
 
 
 def test_the_trial_fits_its_share_of_the_time_budget():
-    """Four candidates, 3 windows each, 10 s per window: 120 s of trial. With a limit of 50 s
-    each runs one window (all the same number, so they compare at the same iteration), and
-    the best is still chosen; without a limit, or with room for it, all three run."""
+    """Four candidates, 3 windows of 100 steps each, 0.1 s per step: 120 s of trial. With a
+    limit every candidate runs the same number of steps, as many as fit (a probe of one step
+    times the step), and the best is still chosen; without a limit, or with room, all 300."""
     elbos = {"natural": -10.0, "adam-0.1": -5.0, "adam-1": -7.0, "adam-0.01": -9.0}
-    for limit, expected_windows in ((50.0, 1), (None, 3), (200.0, 3), (95.0, 2)):
+    for limit, expected_steps in ((50.0, 125), (None, 300), (200.0, 300), (95.0, 237), (1.0, 2)):
         clock = [0.0]
         best, scores, runs = adaptive.run_trial(
-            _fake_candidates(10.0, clock, elbos), 3, time_limit=limit, clock=lambda c=clock: c[0]
+            _fake_candidates(0.1, clock, elbos), 3, time_limit=limit, clock=lambda c=clock: c[0]
         )
-        assert [len(outputs) for _, outputs in runs] == [expected_windows] * 4, limit
+        steps = [state for state, _ in runs]
+        assert len(set(steps)) == 1 and abs(steps[0] - expected_steps) <= 1, (limit, steps)
         assert best == 1 and scores["adam-0.1"] == -5.0
-        if limit is not None:
-            assert clock[0] <= limit + 10.0  # projected, so at most one window over
+        if limit is not None and limit > 4 * 0.1 * adaptive.PROBE_STEPS:
+            assert clock[0] <= limit + 1e-6  # steps, not windows: nothing over
+
+
+def test_a_window_runs_exactly_its_active_steps():
+    """``make_window(..., length)(state, k)`` applies k steps (the same state as k steps of
+    the full window's first k), reports k ELBOs and the mean of those k iterates."""
+    from grepvi.estimators import get_estimator
+    from grepvi.inference import init, make_target
+    from grepvi.loop import make_window
+    from grepvi.testing import gamma_poisson
+
+    model = gamma_poisson()
+    target = make_target(model.logdensity_fn, model.families)
+    optimizer = optax.adam(0.05)
+    state = init(jax.random.key(0), target, optimizer)
+    window = make_window(target, get_estimator("grep"), optimizer, 10)
+    short, short_mean, short_out = window(state, 3)
+    one, _, _ = window(state, 1)
+    two, _, _ = window(one, 1)
+    three, _, _ = window(two, 1)
+    assert int(short_out["active"]) == 3
+    assert np.all(np.asarray(short_out["elbo"])[3:] == 0.0) and np.all(np.isfinite(short_out["elbo"][:3]))
+    for name in state.params:
+        for key in state.params[name]:
+            np.testing.assert_allclose(short.params[name][key], three.params[name][key], rtol=1e-6)
+            assert not np.allclose(short.params[name][key], state.params[name][key])
+    full, _, full_out = window(state)
+    np.testing.assert_allclose(full_out["elbo"][:3], short_out["elbo"][:3], rtol=1e-6)
