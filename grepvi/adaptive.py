@@ -61,7 +61,7 @@ __all__ = [
 
 
 TRIAL_FRACTION = 0.2  # of a time budget, at most, for the trial
-PROBE_STEPS = 1  # timed steps of the first candidate that size the trial to its time limit (NIPS BBVI: 20 s each)
+PROBE_STEPS = 1  # timed steps that size the trial to its time limit (a NIPS BBVI step: 20 s)
 STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
 FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE) is a fall
 
