@@ -185,16 +185,30 @@ def test_the_trial_fits_its_share_of_the_time_budget():
     limit every candidate runs the same number of steps, as many as fit (a probe of one step
     times the step), and the best is still chosen; without a limit, or with room, all 300."""
     elbos = {"natural": -10.0, "adam-0.1": -5.0, "adam-1": -7.0, "adam-0.01": -9.0}
-    for limit, expected_steps in ((50.0, 125), (None, 300), (200.0, 300), (95.0, 237), (1.0, 2)):
+    for limit, expected_steps in ((50.0, 125), (None, 300), (200.0, 300), (95.0, 237)):
         clock = [0.0]
-        best, scores, runs = adaptive.run_trial(
+        best, scores, runs, _ = adaptive.run_trial(
             _fake_candidates(0.1, clock, elbos), 3, time_limit=limit, clock=lambda c=clock: c[0]
         )
         steps = [state for state, _ in runs]
         assert len(set(steps)) == 1 and abs(steps[0] - expected_steps) <= 1, (limit, steps)
         assert best == 1 and scores["adam-0.1"] == -5.0
-        if limit is not None and limit > 4 * 0.1 * adaptive.PROBE_STEPS:
+        if limit is not None:
             assert clock[0] <= limit + 1e-6  # steps, not windows: nothing over
+
+
+def test_a_trial_with_too_few_steps_keeps_the_fallback_rule():
+    """Where fewer than MIN_TRIAL_STEPS steps per candidate fit (a BBVI step of seconds), the
+    trial stops after its probe and keeps Adam 0.1, even where the first candidate would
+    score higher: after a step or two the ELBOs say nothing."""
+    elbos = {"natural": -1.0, "adam-0.1": -5.0, "adam-1": -7.0, "adam-0.01": -9.0}
+    clock = [0.0]
+    best, scores, runs, per_step = adaptive.run_trial(
+        _fake_candidates(0.1, clock, elbos), 3, time_limit=4.0, clock=lambda c=clock: c[0]
+    )
+    assert best == 1 and scores == {} and math.isclose(per_step, 0.1)
+    assert [state for state, _ in runs] == [1, 0, 0, 0]  # only the probe ran
+    assert clock[0] <= 4.0
 
 
 def test_a_window_runs_exactly_its_active_steps():
