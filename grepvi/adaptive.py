@@ -287,7 +287,8 @@ def run_trial(
 
     Returns ``(index of the best, {label: median ELBO of its last window}, per-candidate
     (state, [outputs]), seconds per step of the probe or None)``; no candidate runs more than
-    ``max_steps`` iterations. Ties within the noise (two standard errors of the medians) go to the earlier candidate.
+    ``max_steps`` iterations. Ties within the noise (two standard errors of the medians) go to
+    the earlier candidate.
 
     ``time_limit`` (seconds): the first candidate's window is compiled, then it runs
     ``PROBE_STEPS`` step(s) on the clock; from that time per step (and the compilation time,
