@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import Estimator, Target, bind_data, inputs_from_values, total_entropy
+from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means, total_entropy
 from grepvi.families.base import Family
 from grepvi.inference import VIState
 from grepvi.loop import run_chunks
@@ -321,8 +321,7 @@ def _at_global_means(target: Target, global_families: dict) -> Target:
     full, local = target.logdensity_fn, target.local_logdensity_fn
 
     def means(d):
-        values = {name: family.mean(d["global_params"][name]) for name, family in global_families.items()}
-        return inputs_from_values(values, global_families, target.log_space)
+        return inputs_at_means(d["global_params"], global_families, target.log_space)
 
     def check_fn(latents, d):
         if set(global_families) <= set(latents):

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 
 from grepvi.errors import ModelError
-from grepvi.estimators.base import Estimator, Target, bind_data, inputs_from_values
+from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means
 from grepvi.families.base import Family
 
 __all__ = [
@@ -76,8 +76,7 @@ def make_target(
 def _check_target(target: Target, params: dict, data=None) -> None:
     """Evaluates the model once at the families' means; raises a clear ModelError if not fit."""
     target = bind_data(target, data)
-    point = {name: family.mean(params[name]) for name, family in target.families.items()}
-    point = inputs_from_values(point, target.families, target.log_space)
+    point = inputs_at_means(params, target.families, target.log_space)
     shapes = {name: family.shape for name, family in target.families.items()}
     try:
         value = target.logdensity_fn(point)

@@ -27,6 +27,7 @@ __all__ = [
     "local_log_joints",
     "sample_standardized",
     "transform_all",
+    "inputs_at_means",
     "inputs_from_values",
     "values_from_inputs",
     "value_space",
@@ -187,6 +188,14 @@ def inputs_from_values(values: dict, families, log_space: bool) -> dict:
         name: families[name].to_log_space(value) if name in families else value
         for name, value in values.items()
     }
+
+
+def inputs_at_means(params: dict, families: dict, log_space: bool) -> dict:
+    """The variational means ``E_q[z]`` as the target takes them: ``family.mean`` for a
+    value-space target, ``family.log_space_mean`` (no overflow of the mean) for a log-space one."""
+    if log_space:
+        return {name: family.log_space_mean(params[name]) for name, family in families.items()}
+    return {name: family.mean(params[name]) for name, family in families.items()}
 
 
 def values_from_inputs(inputs: dict, families, log_space: bool) -> dict:

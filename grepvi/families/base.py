@@ -128,6 +128,12 @@ class Family(abc.ABC):
         """A value ``z`` in the log space of the support (``log``, ``logit`` or itself)."""
         return to_log_space(z, self.support)
 
+    def log_space_mean(self, params: Params) -> jax.Array:
+        """``E_q[z]`` in the log space of the support (``log``/``logit`` of the mean), computed
+        where the family allows without forming the mean (a log-normal's ``exp(mu + s^2/2)``
+        overflows float32 for ``mu + s^2/2 > 88``; ADVI's weights on Omniglot got there)."""
+        return self.to_log_space(self.mean(params))
+
     def sample_log_space(self, params: Params, rng_key, sample_shape=()) -> jax.Array:
         """A draw of ``q`` in the log space of the support; no gradient flows through it."""
         eps = self.sample_standardized(params, rng_key, sample_shape)

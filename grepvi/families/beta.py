@@ -123,6 +123,11 @@ class Beta(Family):
         a, b = self._ab(params)
         return a / (a + b)
 
+    def log_space_mean(self, params):
+        """``logit E[z] = log a - log b``, exact where ``a / (a + b)`` rounds to 0 or 1."""
+        a, b = self._ab(params)
+        return jnp.log(a) - jnp.log(b)
+
     # --- Fisher information -------------------------------------------------------------
     # In (alpha, beta): [[psi_1(a) - psi_1(a+b), -psi_1(a+b)], [-psi_1(a+b), psi_1(b) -
     # psi_1(a+b)]], the Hessian of log B(a, b); scaled by the softplus derivatives.

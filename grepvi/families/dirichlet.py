@@ -203,6 +203,11 @@ class Dirichlet(Family):
         alpha = self._alpha(params)
         return alpha / jnp.sum(alpha, -1, keepdims=True)
 
+    def log_space_mean(self, params):
+        """``log E[z] = log alpha - log sum(alpha)``."""
+        alpha = self._alpha(params)
+        return jnp.log(alpha) - jnp.log(jnp.sum(alpha, -1, keepdims=True))
+
     def variance(self, params):
         alpha = self._alpha(params)
         total = jnp.sum(alpha, -1, keepdims=True)

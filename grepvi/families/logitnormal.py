@@ -68,6 +68,11 @@ class LogitNormal(LocationScale):
         loc, scale = params["loc"], _math.softplus(params["scale"])
         return gauss_hermite_expectation(jax.nn.sigmoid, loc, scale)
 
+    def log_space_mean(self, params):
+        """``logit E[z]``; where the mean rounds to 0 or 1, the location ``mu`` (same sign)."""
+        logit = self.to_log_space(self.mean(params))
+        return jnp.where(jnp.isfinite(logit), logit, params["loc"])
+
     def variance(self, params):
         loc, scale = params["loc"], _math.softplus(params["scale"])
         mean = gauss_hermite_expectation(jax.nn.sigmoid, loc, scale)

@@ -35,6 +35,10 @@ class LogNormal(LocationScale):
         scale = _math.softplus(params["scale"])
         return jnp.exp(params["loc"] + 0.5 * scale**2)
 
+    def log_space_mean(self, params):
+        """``log E[z] = mu + s^2 / 2``, finite where the mean overflows."""
+        return params["loc"] + 0.5 * _math.softplus(params["scale"]) ** 2
+
     def variance(self, params):
         scale = _math.softplus(params["scale"])
         return jnp.expm1(scale**2) * jnp.exp(2.0 * params["loc"] + scale**2)
