@@ -440,7 +440,7 @@ def run_adaptive(
         if max_steps is not None and done >= max_steps:
             reason = "max_steps"
             break
-        if time_budget is not None and time.perf_counter() - start >= time_budget:
+        if time_budget is not None and time.perf_counter() - start >= time_budget and done > 0:
             reason = "time_budget"
             break
         if should_stop is not None and should_stop():
@@ -451,9 +451,10 @@ def run_adaptive(
             # the last window runs only the steps that fit (a window of BBVI steps on a large
             # data set lasts minutes)
             fits = math.floor((time_budget - (time.perf_counter() - start)) / per_step)
-            if fits < 1:
+            if fits < 1 and done > 0:
                 reason = "time_budget"
                 break
+            fits = max(fits, 1)  # a run does at least one step of the rule it keeps
             active = min(active, fits)
         window_start = time.perf_counter()
         state, window_mean, outputs = chosen.window_fn(state, active)

@@ -236,3 +236,17 @@ def test_a_window_runs_exactly_its_active_steps():
             assert not np.allclose(short.params[name][key], state.params[name][key])
     full, _, full_out = window(state)
     np.testing.assert_allclose(full_out["elbo"][:3], short_out["elbo"][:3], rtol=1e-6)
+
+
+def test_a_budget_shorter_than_compilation_still_takes_a_step():
+    """A time budget spent before the first step (compilation alone takes longer) ends the
+    run after one step of the fallback rule, not with no iterations."""
+    from grepvi.errors import NotConvergedWarning
+    from grepvi.testing import gamma_poisson
+
+    model = gamma_poisson()
+    with pytest.warns(NotConvergedWarning):
+        result = grepvi.fit(model.logdensity_fn, model.families, time_budget=1e-3, progress=False)
+    assert result.convergence.num_iterations == 1 and result.convergence.reason == "time_budget"
+    assert result.convergence.direction == "adam-0.1" and len(result.trace.elbo) == 1
+    assert all(np.all(np.isfinite(v)) for p in result.params.values() for v in p.values())
