@@ -6,6 +6,7 @@ open diamond with its ± (``grepvi.paper.PAPER["test_loglik"]``). Written by ``g
 (``heldout_loglik.png``) from the runs' ``metrics.json``.
 """
 
+import math
 import re
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def heldout_figure(runs, path) -> Path | None:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 2.8), squeeze=False)
     for ax, dataset in zip(axes[0], panels, strict=True):
         ticks = []
+        # the panel's scale: ten times the worst of the paper's numbers; a run below it (a
+        # diverged fit) is drawn at the left edge with its value written beside it
+        papers = [paper_loglik(dataset, e) for e in ESTIMATORS]
+        floor = 10.0 * min((p[0] for p in papers if p is not None), default=-math.inf)
         for row, estimator in enumerate(ESTIMATORS):
             ours, paper = _ours(runs, dataset, estimator), paper_loglik(dataset, estimator)
             if ours is None and paper is None:
@@ -69,10 +74,16 @@ def heldout_figure(runs, path) -> Path | None:
             if ours is not None:
                 mean, std, run = ours
                 seconds = run.metrics.get("training_time_s")
-                ax.errorbar(mean, row - 0.15, xerr=std, fmt="o", color="C0", capsize=3)
-                if seconds:
+                note = f"{seconds:.0f} s" if seconds else ""
+                if mean < floor:
+                    note = f"{mean:.3g} (off scale) {note}"
+                    mean, std = floor, 0.0
+                    ax.errorbar(mean, row - 0.15, fmt="<", color="C3")
+                else:
+                    ax.errorbar(mean, row - 0.15, xerr=std, fmt="o", color="C0", capsize=3)
+                if note:
                     ax.annotate(
-                        f"{seconds:.0f} s",
+                        note,
                         (mean, row - 0.15),
                         xytext=(4, -10),
                         textcoords="offset points",

@@ -379,3 +379,6 @@ def test_heldout_figure_puts_ours_beside_the_paper(tmp_path):
     path = heldout_figure(runs_, tmp_path / "fig.png")
     assert _png_ok(path)
     assert heldout_figure([record("synthetic", "grep", -1.0, 1.0)], tmp_path / "none.png") is None
+    # a diverged run (far below ten times the paper's worst) is drawn at the edge, not rescaling
+    diverged = heldout_figure([record("omniglot", "advi", -9.6e6, 600.0)], tmp_path / "off.png")
+    assert _png_ok(diverged)
