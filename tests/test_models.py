@@ -15,7 +15,7 @@ import pytest
 import grepvi
 from grepvi.errors import ConfigError, DataError, ModelError
 from grepvi.estimators import Estimator, Target, get_estimator
-from grepvi.estimators.base import sample_standardized
+from grepvi.estimators.base import inputs_from_values, sample_standardized
 from grepvi.estimators.grep import grep_surrogate
 from grepvi.families import Beta, Dirichlet, Gamma
 from grepvi.models import (
@@ -383,7 +383,9 @@ def test_local_gradients_unbiased(name):
 
     def wrong_local(latents):
         values = local_logdensity_fn(latents)
-        likelihood = model.joint.factor_values_fn(latents, model.data)["likelihood"]
+        # the factors take log-space latents (Model.log_space); these are values
+        inputs = inputs_from_values(latents, families, True)
+        likelihood = model.joint.factor_values_fn(inputs, model.data)["likelihood"]
         values[dropped] = values[dropped] - jnp.sum(likelihood, axis=1, keepdims=True)
         return values
 
