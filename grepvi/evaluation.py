@@ -374,7 +374,7 @@ def heldout_loglik(
     global_families = {name: families[name] for name in global_names}
     global_params = {name: params[name] for name in global_names}
     refit_key, eval_key = jax.random.split(rng_key)
-    log_space = bool(model.log_space)
+    log_space = bool(getattr(model, "log_space", False))  # a model object of one's own: values
     if log_space:
         model.check_supports({**global_families, **local_families})
     local_params, refit_elbo = refit_local(
