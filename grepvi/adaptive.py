@@ -268,9 +268,11 @@ def _window_median(outputs) -> float:
 
 def _last_steps(outputs: list, count: int) -> dict:
     """The ``elbo`` and ``finite`` of the last ``count`` steps of a list of window outputs."""
-    elbo = np.concatenate([np.asarray(out["elbo"]) for out in outputs])[-count:]
-    finite = np.concatenate([np.asarray(out["finite"]) for out in outputs])[-count:]
-    return {"elbo": elbo, "finite": finite}
+    if not outputs:  # max_steps = 0
+        return {"elbo": np.zeros(0), "finite": np.zeros(0, bool)}
+    return {
+        key: np.concatenate([np.asarray(out[key]) for out in outputs])[-count:] for key in ("elbo", "finite")
+    }
 
 
 def run_trial(
@@ -348,8 +350,8 @@ def run_trial(
             if not math.isfinite(_window_median(out)):
                 break
         runs.append((state, outputs))
-        last = _last_steps(outputs, min(length, steps)) if outputs else {"elbo": np.zeros(0), "finite": []}
-        scores[candidate.label] = _window_median(last) if outputs else -math.inf
+        last = _last_steps(outputs, min(length, steps))
+        scores[candidate.label] = _window_median(last) if last["elbo"].size else -math.inf
         elbo = np.asarray(last["elbo"], np.float64)
         good = elbo[np.isfinite(elbo)]
         spreads[candidate.label] = (
@@ -404,7 +406,12 @@ def run_adaptive(
     if len(candidates) > 1:
         trial_limit = None if time_budget is None else TRIAL_FRACTION * time_budget
         index, trial_scores, runs, per_step = run_trial(
-            candidates, settings.trial_windows, max_steps, on_trial_window, time_limit=trial_limit
+            candidates,
+            settings.trial_windows,
+            max_steps,
+            on_trial_window,
+            time_limit=trial_limit,
+            fallback_label=f"adam-{settings.adam_step_size:g}",  # the labels of fitting's rules
         )
         chosen = candidates[index]
         state, outputs = runs[index]
