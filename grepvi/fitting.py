@@ -1,37 +1,44 @@
 """``grepvi.fit``: a mean-field approximation fitted with the defaults, or with a fixed schedule.
 
-By default (no ``step_size``, no ``optimizer``) the procedure of :mod:`grepvi.adaptive` runs
-over the windows of :func:`grepvi.loop.make_window`; with a step size the paper's Eq. 9 runs
-for a fixed number of steps (:func:`grepvi.loop.run_chunks`).
+Both run through the one loop of :mod:`grepvi.driver`: by default the procedure of
+:mod:`grepvi.controller` (a trial of update rules, stages, averaging, a convergence rule)
+chooses the rule and step size by setting arrays of the state, so the whole fit is one
+compiled program; with ``step_size`` (the paper's Eq. 9) or ``optimizer`` the controller
+never changes the step. ``resume`` continues a run from its :class:`~grepvi.driver.RunState`
+exactly as if it had not stopped.
 """
 
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grepvi.adaptive import AdaptiveSettings, Candidate, Convergence, run_adaptive
-from grepvi.adaptive import set_step_size as _set_step_size
+from grepvi import controller, driver, rules
+from grepvi.controller import AdaptiveSettings, Convergence
 from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning
 from grepvi.estimators.base import Estimator, Target, get_estimator
 from grepvi.families.base import Family, Posterior
-from grepvi.inference import Trace, VIState, _check_target, init, make_target
-from grepvi.loop import make_window, run_chunks
-from grepvi.natural_gradient import natural_gradient, positive_in_log_scale
+from grepvi.inference import StepInfo, Trace, VIState, check_target, init, make_target, step
+from grepvi.natural_gradient import fisher_mean_quad
 from grepvi.optim import advi_stepsize
 
 __all__ = [
     "FitResult",
+    "Setup",
     "fit",
+    "setup",
     "draws_per_step",
     "average_estimates",
-    "adaptive_candidates",
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_FIXED_STEPS",
 ]
+
+DEFAULT_MAX_STEPS = 200_000
+DEFAULT_FIXED_STEPS = 1000
 
 
 class FitResult(NamedTuple):
@@ -46,7 +53,10 @@ class FitResult(NamedTuple):
       estimator: the estimator's name.
       state: the last optimizer state (resumable with :func:`step`).
       convergence: how the run ended (``converged``, ``reason``, ``num_iterations``, the
-        estimated ``accuracy``); see :class:`grepvi.adaptive.Convergence`.
+        estimated ``accuracy``, the rule kept and why); see :class:`grepvi.controller.Convergence`.
+      run_state: everything the run needs to continue (:class:`grepvi.driver.RunState`):
+        ``fit(..., resume=result.run_state)`` with a larger cap goes on as if it had not
+        stopped.
     """
 
     params: dict
@@ -54,8 +64,9 @@ class FitResult(NamedTuple):
     posterior: dict
     trace: Trace
     estimator: str
-    state: VIState
+    state: Any
     convergence: Convergence | None = None
+    run_state: Any = None
 
     @property
     def num_skipped_steps(self) -> int:
@@ -66,17 +77,6 @@ class FitResult(NamedTuple):
         return bool(self.convergence is not None and self.convergence.converged)
 
 
-def _resolve_optimizer(optimizer, step_size):
-    if optimizer is not None:
-        return optimizer
-    if (
-        isinstance(step_size, bool)
-        or not isinstance(step_size, int | float)
-        or not np.isfinite(step_size)
-        or step_size <= 0
-    ):
-        raise ConfigError(f"step_size must be a positive number, got {step_size!r}")
-    return advi_stepsize(learning_rate=float(step_size))
 
 
 def draws_per_step(families: dict, estimator: Estimator) -> int:
@@ -98,54 +98,134 @@ def average_estimates(estimator: Estimator, count: int) -> Estimator:
     return estimator._replace(estimate=multi_sample(estimator.estimate, count, compute_variance=False))
 
 
-ADAM_TRIAL_FACTORS = (1.0, 10.0, 0.1)  # Adam's learning rates in the trial, times adam_step_size
+class Setup(NamedTuple):
+    """A run ready for :func:`grepvi.driver.run`: the compiled window, the plan, the initial
+    :class:`~grepvi.driver.RunState`, the data, and what the result needs."""
+
+    window: Any
+    plan: driver.Plan
+    initial: driver.RunState
+    data: Any
+    target: Target
+    estimator: Estimator
+    fixed: bool
 
 
-def adaptive_candidates(
-    rng_key, target: Target, estimator: Estimator, settings: AdaptiveSettings, init_params=None, data=None
-) -> list[Candidate]:
-    """The update rules the default procedure tries, each from the same initial state.
+def _resolve_optimizer(optimizer, step_size):
+    if optimizer is not None:
+        return optimizer
+    if (
+        isinstance(step_size, bool)
+        or not isinstance(step_size, int | float)
+        or not np.isfinite(step_size)
+        or step_size <= 0
+    ):
+        raise ConfigError(f"step_size must be a positive number, got {step_size!r}")
+    return advi_stepsize(learning_rate=float(step_size))
 
-    * ``natural``: natural-gradient steps with a KL trust region
-      (:func:`grepvi.natural_gradient.natural_gradient`), when every family has a closed-form
-      Fisher information. Newton-like near the optimum of models whose posterior is close to
-      the family: it wins on the conjugate cases (the shape/variance direction is as fast as
-      the mean's).
-    * ``adam-<lr>``: Adam on the unconstrained parameters (Kingma & Ba 2015) at learning
-      rates 0.1, 1 and 0.01 (one compilation: the rate is in the state,
-      ``optax.inject_hyperparams``), a grid as in Stan's eta adaptation. Per-coordinate
-      scaling by past gradient magnitudes: it wins on the deep exponential family, whose
-      mean-field optimum is far from the posterior and whose ~10^5 coupled elements make
-      parallel Newton-like steps overshoot (Olivetti: ELBO -7.3e6 after 120 s with Adam, no
-      progress beyond -3e8 with natural steps; ``docs/optimization.md``).
 
-    Each step averages :func:`draws_per_step` estimates.
-    """
-    stepper = average_estimates(estimator, draws_per_step(target.families, estimator))
-    rules = []
-    if all(family.has_fisher for family in target.families.values()):
-        rules.append(
-            (
-                "natural",
-                natural_gradient(target.families, settings.step_size, settings.max_kl),
-                settings.step_size,
-            )
+def _fisher_distance(families: dict) -> Callable:
+    @jax.jit
+    def quad(params, delta):
+        return fisher_mean_quad(families, params, delta)
+
+    def distance(params, delta) -> float:
+        return float(np.sqrt(max(float(quad(params, delta)), 0.0)))
+
+    return distance
+
+
+def setup(
+    target: Target,
+    estimator: Estimator,
+    *,
+    seed: int = 0,
+    data=None,
+    init_params: dict | None = None,
+    step_size: float | None = None,
+    optimizer=None,
+    settings: AdaptiveSettings | None = None,
+    chunk_size: int | None = None,
+    max_steps: int | None = None,
+    time_budget: float | None = None,
+    keep_params: bool = False,
+    batch_size: int | None = None,
+    model=None,
+    check: bool = True,
+) -> Setup:
+    """The window, plan and initial state of a fit (the default procedure, or a fixed schedule
+    with ``step_size`` / ``optimizer``); ``batch_size`` runs minibatch VI over the rows of
+    ``model`` (:mod:`grepvi.minibatch`)."""
+    fixed = step_size is not None or optimizer is not None
+    settings = settings or AdaptiveSettings()
+    if chunk_size is not None:
+        settings = settings._replace(window=int(chunk_size))
+    settings = settings.validated()
+    key = jax.random.key(seed)
+    if fixed:
+        optimizer = _resolve_optimizer(optimizer, step_size)
+        candidates, stepper = (), estimator
+        length = int(chunk_size or min(100, max_steps or 100))
+    else:
+        optimizer, candidates = rules.default_candidates(
+            target.families, settings.step_size, settings.max_kl, settings.adam_step_size
         )
-    adam = positive_in_log_scale(
-        target.families, optax.inject_hyperparams(optax.adam)(learning_rate=settings.adam_step_size)
-    )
-    for factor in ADAM_TRIAL_FACTORS:
-        rate = settings.adam_step_size * factor
-        rules.append((f"adam-{rate:g}", adam, rate))
-    candidates, windows = [], {}
-    for label, optimizer, step_size in rules:
-        state = init(rng_key, target, optimizer, init_params)
-        if id(optimizer) not in windows:  # one compilation per update rule, whatever its step size
-            windows[id(optimizer)] = make_window(target, stepper, optimizer, settings.window, data)
-        state = _set_step_size(state, step_size)
-        candidates.append(Candidate(label, state, windows[id(optimizer)], step_size))
-    _check_target(target, candidates[0].state.params, data)
-    return candidates
+        stepper = average_estimates(estimator, draws_per_step(target.families, estimator))
+        length = settings.window
+    if batch_size is not None:
+        step_fn, initial_loop = _minibatch_step(model, target, stepper, optimizer, batch_size, key, init_params)
+    else:
+
+        def step_fn(state, data):
+            return step(state, target, stepper, optimizer, data)
+
+        initial_loop = init(key, target, optimizer, init_params)
+    if check:
+        check_target(target, initial_loop.params, data)
+    window = driver.make_window(step_fn, length, keep_params)
+    names = tuple(sorted(target.families))
+    if fixed:
+        state = controller.init(initial_loop, 1, float("nan"), fixed=True)
+        plan = driver.Plan(None, (), lambda loop, i, rho: loop, None, initial_loop, length, names)
+    else:
+        select = lambda loop, i, rho: rules.select(loop, candidates[i].index, rho)
+        fallback = next(
+            (i for i, c in enumerate(candidates) if c.label == f"adam-{settings.adam_step_size:g}"), 0
+        )
+        steps = driver.trial_steps(settings, length, len(candidates), max_steps, time_budget)
+        state = controller.init(initial_loop, len(candidates), candidates[0].step_size, trial_steps=steps)
+        if steps == 0 and len(candidates) > 1:  # too few steps for a trial: the fallback rule
+            state, initial_loop_kept = controller.size_trial(
+                state._replace(phase=np.asarray(controller.TRIAL)), 0, fallback,
+                candidates[fallback].step_size, initial_loop, initial_loop, select,
+            )
+        else:
+            initial_loop_kept = initial_loop
+        plan = driver.Plan(
+            settings, candidates, select, _fisher_distance(target.families), initial_loop, length, names, fallback
+        )
+        initial_loop = initial_loop_kept
+    run_state = driver.RunState(initial_loop, state, np.float64(0.0))
+    return Setup(window, plan, run_state, data, target, estimator, fixed)
+
+
+def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_params):
+    from grepvi import minibatch
+
+    if model is None:
+        raise ConfigError(
+            "batch_size: minibatch VI needs a model built from named-axis factors "
+            "(grepvi.fit(model, batch_size=B) with a grepvi.models.Model, or from_numpyro(...))"
+        )
+    problem = minibatch.minibatch_problem(model, batch_size, target.families)
+    names = sorted(target.families)
+
+    def step_fn(state, data):
+        new_state, info = minibatch.step(state, problem, estimator, optimizer, data)
+        nonfinite = jnp.broadcast_to(jnp.logical_not(info.finite), (len(names),))
+        return new_state, StepInfo(info.elbo, info.finite, nonfinite, {})
+
+    return step_fn, minibatch.init(key, problem, optimizer, init_params)
 
 
 def fit(
@@ -168,27 +248,33 @@ def fit(
     settings: AdaptiveSettings | None = None,
     chunk_size: int | None = None,
     progress: bool | None = None,
+    batch_size: int | None = None,
+    resume: driver.RunState | None = None,
+    callback: Callable[[driver.WindowEvent], bool | None] | None = None,
 ) -> FitResult:
     """Fits a mean-field variational approximation by stochastic gradient ascent on the ELBO.
 
-    By default (no ``step_size``, no ``optimizer``) the procedure of :mod:`grepvi.adaptive`
-    runs: natural-gradient steps with a KL trust region, averaged once stationary, the step
-    halved in stages, until two stages agree within ``tolerance`` posterior standard
-    deviations or a cap is reached; ``result.convergence`` says which. With ``step_size``
-    the paper's schedule (Eq. 9 with that ``eta``) runs for ``num_steps`` exactly, as in the
-    paper's experiments; with ``optimizer`` that optax optimizer does.
+    By default (no ``step_size``, no ``optimizer``) the procedure of :mod:`grepvi.controller`
+    runs: a short trial of natural-gradient steps (KL trust region) and Adam from the same
+    start, the better kept, its iterates averaged once stationary, the step halved in stages,
+    until two stages agree within ``tolerance`` posterior standard deviations or a cap is
+    reached; ``result.convergence`` says which, and which rule was kept and why. With
+    ``step_size`` the paper's schedule (Eq. 9 with that ``eta``) runs for ``num_steps``
+    exactly, as in the paper's experiments; with ``optimizer`` that optax optimizer does.
 
     Args:
       logdensity_fn: ``log p(x, z)`` as a function of a dict of latent arrays, or of
         ``(latents, data)`` when ``data`` is given (a model's ``logdensity_fn``); or a
         :class:`~grepvi.Target` (``model.target()``: the model's log-space factors, its
-        families and Markov blankets), then ``latents`` may be left out.
+        families and Markov blankets), then ``latents`` may be left out; or a
+        :class:`~grepvi.models.Model` (its target and data).
       latents: each latent's name mapped to its family, e.g.
         ``{"rate": grepvi.Gamma(shape=(3,))}``.
       estimator: a registered name (``grepvi.estimator_names()``) or an ``Estimator``.
-      num_steps: the cap on iterations (default procedure; default 200,000), or the number of
-        iterations of a fixed schedule (default 1,000).
-      time_budget: the cap on wall time in seconds (default procedure; compilation included).
+      num_steps: the cap on iterations, every step the run applies counted (default procedure;
+        default 200,000), or the number of iterations of a fixed schedule (default 1,000).
+      time_budget: the cap on wall time in seconds from the call, compilation and the trial
+        included (both procedures).
       step_size: ``eta`` of the ADVI step-size sequence (paper Eq. 9): runs that schedule.
       optimizer: any optax transformation (fed the gradient of ``-ELBO``): runs it.
       tolerance: accuracy the default procedure stops at, in posterior standard deviations
@@ -197,26 +283,26 @@ def fit(
       num_samples: Monte Carlo samples per gradient (estimator option).
       local_logdensity_fn: per-element local log joints (Markov blankets), see ``Target``.
       data: a pytree of arrays passed to ``logdensity_fn(latents, data)`` (and to
-        ``local_logdensity_fn``); an argument of the compiled steps, never a constant of
-        them (large data sets compile as fast as small ones). ``None``: the functions take
-        the latents only.
-      log_space: ``logdensity_fn`` takes every latent in the log space of its support:
-        ``log z`` for gamma, log-normal and Dirichlet latents, ``logit z`` for beta ones
-        (``log z = jax.nn.log_sigmoid(u)``, ``log(1 - z) = jax.nn.log_sigmoid(-u)``). The
-        estimators then hand it the exact draws the families make in that space, never
-        ``z`` rounded to 0 or 1 in float32 (gamma shapes of 0.1 draw below ``1e-38`` once in
-        6,000 draws). The density stays that of ``z``: no Jacobian term is added.
+        ``local_logdensity_fn``); an argument of the compiled steps, never a constant.
+      log_space: ``logdensity_fn`` takes every latent in the log space of its support
+        (``log z`` for gamma, log-normal and Dirichlet latents, ``logit z`` for beta ones).
       init_params: unconstrained starting parameters (else each family's ``init_params``).
       estimator_options: further options of the estimator.
-      settings: all knobs of the default procedure (:class:`grepvi.adaptive.AdaptiveSettings`).
-      chunk_size: iterations per compiled ``lax.scan`` chunk (window of the default procedure;
-        default 100).
+      settings: all knobs of the default procedure (:class:`grepvi.controller.AdaptiveSettings`).
+      chunk_size: iterations per compiled window (default 100).
       progress: show a progress bar (default: when the run may be long).
+      batch_size: minibatch VI (Hoffman et al. 2013) with ``batch_size`` rows of the data per
+        step (``logdensity_fn`` must be a :class:`~grepvi.models.Model`), under either
+        procedure.
+      resume: a :class:`~grepvi.driver.RunState` (``result.run_state`` of an earlier call with
+        the same model and options) to continue from.
+      callback: called with a :class:`~grepvi.driver.WindowEvent` after every window; a
+        return value of ``True`` stops the run (``reason="interrupted"``, resumable).
 
     Returns:
       A :class:`FitResult` with ``posterior[name]`` (``mean()``, ``variance()``,
-      ``sample(key, n)``), ``params``, ``trace`` (``elbo``, ``wall_time``) and
-      ``convergence``.
+      ``sample(key, n)``), ``params``, ``trace`` (``elbo``, ``wall_time``), ``convergence``
+      and ``run_state``.
 
     Example:
         >>> import jax.numpy as jnp, grepvi
@@ -231,15 +317,34 @@ def fit(
     """
     fixed = step_size is not None or optimizer is not None
     if num_steps is not None and (
-        isinstance(num_steps, bool) or int(num_steps) != num_steps or num_steps < 1
+        isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1
     ):
         raise ConfigError(f"num_steps must be a positive integer, got {num_steps!r}")
-    if time_budget is not None and not (np.isfinite(time_budget) and time_budget > 0):
+    if time_budget is not None and (
+        isinstance(time_budget, bool)
+        or not isinstance(time_budget, int | float)
+        or not (np.isfinite(time_budget) and time_budget > 0)
+    ):
         raise ConfigError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
+    if fixed and tolerance is not None:
+        raise ConfigError(
+            "tolerance: applies to the default procedure; with step_size or optimizer the run is a "
+            "fixed schedule of num_steps"
+        )
+    if fixed and settings is not None:
+        raise ConfigError("settings: applies to the default procedure, not to a fixed schedule")
     options = dict(estimator_options or {})
     if num_samples is not None:
         options["num_samples"] = num_samples
     estimator = get_estimator(estimator, **options)
+    model = None
+    if hasattr(logdensity_fn, "target") and hasattr(logdensity_fn, "data") and not isinstance(
+        logdensity_fn, Target
+    ):
+        model = logdensity_fn
+        data = model.data if data is None else data
+        logdensity_fn = model.target(dict(latents) if latents is not None else None)
+        latents = None
     if isinstance(logdensity_fn, Target):
         target = logdensity_fn
         if latents is not None:
@@ -254,147 +359,99 @@ def fit(
     if data is not None:
         data = jax.tree_util.tree_map(jnp.asarray, data)
     if fixed:
-        return _fit_fixed(
-            target, estimator, optimizer, step_size, num_steps, seed, init_params, chunk_size, progress, data
-        )
-
-    settings = (
-        (settings or AdaptiveSettings())
-        ._replace(
-            **({"tolerance": tolerance} if tolerance is not None else {}),
-            **({"window": int(chunk_size)} if chunk_size is not None else {}),
-        )
-        .validated()
+        max_steps = DEFAULT_FIXED_STEPS if num_steps is None and time_budget is None else num_steps
+    else:
+        max_steps = int(num_steps) if num_steps is not None else (None if time_budget else DEFAULT_MAX_STEPS)
+    if tolerance is not None:
+        settings = (settings or AdaptiveSettings())._replace(tolerance=tolerance)
+    prepared = setup(
+        target,
+        estimator,
+        seed=seed,
+        data=data,
+        init_params=init_params,
+        step_size=step_size,
+        optimizer=optimizer,
+        settings=settings,
+        chunk_size=chunk_size,
+        max_steps=max_steps,
+        time_budget=time_budget,
+        batch_size=batch_size,
+        model=model,
+        check=resume is None,
     )
-    max_steps = int(num_steps) if num_steps is not None else (None if time_budget else DEFAULT_MAX_STEPS)
-    candidates = adaptive_candidates(jax.random.key(seed), target, estimator, settings, init_params, data)
-
-    show = progress if progress is not None else True
-    bar = None
+    start = prepared.initial
+    if resume is not None:
+        start = driver.from_storage(prepared.initial, driver.to_storage(resume), "resume")
+        start = start._replace(controller=start.controller._replace(reason=np.asarray(0, np.int64)))
+    names = tuple(sorted(target.families))
+    trace = driver.TraceObserver(names, float(start.wall_time))
+    observers = [trace]
+    show = progress if progress is not None else (max_steps is None or max_steps >= 1000)
     if show:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=max_steps, desc=f"fit[{estimator.name}]", unit="it", leave=False)
-    elbos, times, extras = [], [], {}
-    skipped = [0]  # steps with a non-finite gradient (never applied; the procedure backs off)
-    names = sorted(target.families)
-    bad_latents = np.zeros(len(names), bool)
-
-    def callback(report):
-        n = report.elbo.size
-        previous = times[-1][-1] if times else 0.0
-        times.append(previous + (report.wall_time - previous) * np.arange(1, n + 1) / n)
-        elbos.append(report.elbo)
-        for key, value in report.extras.items():
-            extras.setdefault(key, []).append(value)
-        skipped[0] += int(n - np.count_nonzero(report.finite))
-        if report.nonfinite_latents.size:
-            bad_latents[:] |= np.asarray(report.nonfinite_latents, bool).reshape(n, -1).any(0)
-        if bar is not None:
-            bar.set_description_str(f"fit[{estimator.name}]", refresh=False)
-            bar.update(report.iterations_done - bar.n)
-            finite = report.elbo[np.isfinite(report.elbo)]
-            bar.set_postfix(
-                elbo=f"{np.mean(finite):.5g}" if finite.size else "nan",
-                rho=f"{report.step_size:.3g}",
-                phase=report.phase,
-                acc=f"{report.accuracy:.2g}",
-            )
-
-    try:
-        state, params, convergence = run_adaptive(
-            candidates,
-            target.families,
-            settings,
-            max_steps=max_steps,
-            time_budget=time_budget,
-            callback=callback,
-            on_trial_window=None if bar is None else _trial_display(bar, f"fit[{estimator.name}]"),
+        observers.append(
+            driver.ProgressObserver(max_steps, f"fit[{estimator.name}]", int(start.controller.iterations))
         )
-    finally:
-        if bar is not None:
-            bar.close()
-    trace = Trace(
-        elbo=np.concatenate(elbos) if elbos else np.zeros(0),
-        wall_time=np.concatenate(times) if times else np.zeros(0),
-        extras={k: np.concatenate(v) for k, v in extras.items()},
+    if callback is not None:
+        observers.append(_CallbackObserver(callback))
+    final = driver.run(
+        prepared.window,
+        start,
+        prepared.plan,
+        data=data,
+        max_steps=max_steps,
+        time_budget=time_budget,
+        observers=observers,
     )
-    if skipped[0]:
-        latents = [name for name, bad in zip(names, bad_latents, strict=True) if bad]
-        warnings.warn(
-            f"{skipped[0]} of {convergence.num_iterations} step(s) skipped: non-finite gradient for "
-            f"latent(s) {latents} (the parameters were left as they were; the step size was halved "
-            f"{convergence.restarts} time(s) after falls)",
-            NonFiniteStepWarning,
-            stacklevel=2,
-        )
-    if not convergence.converged:
-        skipped_note = (
-            f"; {skipped[0]} step(s) had a non-finite gradient and were skipped" if skipped[0] else ""
-        )
-        warnings.warn(
-            f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
-            "Raise num_steps or time_budget, or loosen tolerance.",
-            NotConvergedWarning,
-            stacklevel=2,
-        )
-    return _result(target, estimator, state, params, trace, convergence)
-
-
-DEFAULT_MAX_STEPS = 200_000
-
-
-def _trial_display(bar, description):
-    """Shows the trial of the update rules on a tqdm bar (its iterations are counted after)."""
-
-    def show(label, done):
-        bar.set_description_str(f"{description} trial: {label} steps", refresh=False)
-        bar.set_postfix(iterations=done)
-
-    return show
-
-
-def _result(target, estimator, state, params, trace, convergence):
+    plan = prepared.plan
+    convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
+    params = controller.answer(final.controller, final.loop, settings=plan.settings)
+    arrays = trace.arrays()
+    extras = {k: v for k, v in arrays.items() if k not in ("iteration", "wall_time", "elbo")}
+    result_trace = Trace(
+        elbo=arrays.get("elbo", np.zeros(0)), wall_time=arrays.get("wall_time", np.zeros(0)), extras=extras
+    )
+    _warn(trace, convergence, estimator, fixed)
     posterior = {name: Posterior(family, params[name]) for name, family in target.families.items()}
     return FitResult(
         params=params,
         families=target.families,
         posterior=posterior,
-        trace=trace,
+        trace=result_trace,
         estimator=estimator.name,
-        state=state,
+        state=final.loop._replace(params=params),
         convergence=convergence,
+        run_state=final,
     )
 
 
-def _fit_fixed(
-    target, estimator, optimizer, step_size, num_steps, seed, init_params, chunk_size, progress, data
-):
-    """A fixed schedule: ``optimizer`` (or Eq. 9 with ``eta = step_size``) for ``num_steps``."""
-    num_steps = 1000 if num_steps is None else int(num_steps)
-    optimizer = _resolve_optimizer(optimizer, step_size)
-    state = init(jax.random.key(seed), target, optimizer, init_params)
-    _check_target(target, state.params, data)
+class _CallbackObserver:
+    def __init__(self, callback):
+        self.callback = callback
+        self.stop = False
 
-    chunk_size = int(chunk_size or min(100, num_steps))
-    show = progress if progress is not None else num_steps >= 1000
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
+    def on_window(self, event):
+        if self.callback(event) is True:
+            self.stop = True
 
-        bar = tqdm(total=num_steps, desc=f"fit[{estimator.name}]", unit="it", leave=False)
+    def should_stop(self) -> bool:
+        return self.stop
 
-    def callback(report):
-        if bar is not None:
-            bar.update(report.done - bar.n)
-            bar.set_postfix(elbo=f"{np.mean(report.outputs['elbo']):.4g}")
 
-    try:
-        state, trace, _ = run_chunks(
-            state, target, estimator, optimizer, num_steps, chunk_size, callback, data
+def _warn(trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool) -> None:
+    if trace.skipped:
+        warnings.warn(
+            f"{trace.skipped} of {convergence.num_iterations} step(s) skipped: non-finite gradient for "
+            f"latent(s) {trace.bad_latents()} (the parameters were left as they were; the step size was "
+            f"halved {convergence.restarts} time(s) after falls)",
+            NonFiniteStepWarning,
+            stacklevel=3,
         )
-    finally:
-        if bar is not None:
-            bar.close()
-    convergence = Convergence(converged=False, reason="fixed_schedule", num_iterations=num_steps)
-    return _result(target, estimator, state, state.params, trace, convergence)
+    if not fixed and not convergence.converged and convergence.reason != "interrupted":
+        skipped_note = f"; {trace.skipped} step(s) had a non-finite gradient and were skipped" if trace.skipped else ""
+        warnings.warn(
+            f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
+            f"{convergence.trial_note}. Raise num_steps or time_budget, or loosen tolerance.",
+            NotConvergedWarning,
+            stacklevel=3,
+        )

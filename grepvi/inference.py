@@ -24,6 +24,7 @@ __all__ = [
     "init",
     "step",
     "make_target",
+    "check_target",
     "materialize_gradient",
 ]
 
@@ -73,7 +74,7 @@ def make_target(
     return Target(logdensity_fn, dict(latents), local_logdensity_fn, takes_data, log_space=bool(log_space))
 
 
-def _check_target(target: Target, params: dict, data=None) -> None:
+def check_target(target: Target, params: dict, data=None) -> None:
     """Evaluates the model once at the families' means; raises a clear ModelError if not fit."""
     target = bind_data(target, data)
     point = inputs_at_means(params, target.families, target.log_space)
@@ -197,33 +198,3 @@ def step(
         num_skipped=state.num_skipped + jnp.logical_not(ok).astype(jnp.int32),
     )
     return new_state, StepInfo(info.elbo, ok, nonfinite, dict(info.extras))
-
-
-_MOVED = {
-    "grepvi.loop": (
-        "STALL_STEPS",
-        "report_skipped_steps",
-        "ChunkReport",
-        "chunk_program",
-        "run_chunks",
-        "make_window",
-    ),
-    "grepvi.fitting": (
-        "FitResult",
-        "fit",
-        "draws_per_step",
-        "average_estimates",
-        "adaptive_candidates",
-        "ADAM_TRIAL_FACTORS",
-        "DEFAULT_MAX_STEPS",
-    ),
-}
-
-
-def __getattr__(name):  # the loops and fit, from their own modules (imported on first use)
-    import importlib
-
-    for module, names in _MOVED.items():
-        if name in names:
-            return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'grepvi.inference' has no attribute {name!r}")

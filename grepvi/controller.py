@@ -1,0 +1,609 @@
+"""The default procedure as pure state: ``init``, ``update`` after every window, ``answer``.
+
+The design follows RAABBVI (Welandawe, Andersen, Vehtari & Huggins 2022) and FASO (Dhaka,
+Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), with Stan's step-size adaptation
+(Kucukelbir et al. 2017) turned into a choice between update rules; its shape is that of
+blackjax's ``window_adaptation`` and optax's ``contrib.reduce_on_plateau``: a NamedTuple of
+arrays that a short loop (:mod:`grepvi.driver`) threads through and checkpoints, so a run
+killed at any moment and resumed from its last checkpoint takes the same decisions.
+
+0. **Trial.** Each candidate (:class:`grepvi.rules.Candidate`: natural-gradient steps with a
+   KL trust region where every family has a closed-form Fisher information, and Adam at three
+   rates) runs ``trial_steps`` iterations from the same start, in the same compiled program
+   (the rule is an index in the optimizer state). A candidate's score is the median ELBO of
+   its last window; a later candidate replaces the leader only when it is better by two
+   standard errors (MAD-based). The leader continues from where its trial ended.
+1. **Approach.** Windows of ``window`` steps at step ``rho``. After each, the median ELBO is
+   kept; the iterates are stationary when a regression of the last (up to 8) medians on
+   their index shows no increase (t < 2). A **fall** restores the mean iterate of the best
+   window and halves ``rho``: the median falls below the best by 5% of its magnitude, 10
+   standard errors and 2 nats; or half the steps were non-finite; or the window's **mean**
+   ELBO collapses while its median does not (a heavy left tail, e.g. ADVI's log-normal
+   weights drawing ``e^30``: the one-draw ELBO reaches ``-1e16`` before the parameters leave
+   the float range). Three windows in a row without a finite step raise
+   :class:`~grepvi.errors.NumericalError`.
+2. **Average.** Once stationary, window mean iterates are averaged in batches of at least
+   ``10 / rho`` iterations; batch means give the Monte Carlo standard error, measured in the
+   Fisher metric of ``q`` (posterior standard deviations).
+3. **Stages.** When the MCSE is below ``tolerance`` (or after ``max_batches`` batches), the
+   average is the stage's answer; two consecutive stages that agree within ``2 * tolerance``
+   end the run; otherwise ``rho`` is halved and a new stage starts from the average.
+
+A fixed schedule (Eq. 9 or any optax optimizer) is the same state in the ``FIXED`` phase:
+it never changes the step. Everything here is host-side NumPy on the window's outputs: the
+decisions are deterministic functions of the window outputs, so a resumed run is bitwise
+the uninterrupted one.
+"""
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from grepvi.errors import ConfigError, NumericalError
+
+__all__ = [
+    "AdaptiveSettings",
+    "Convergence",
+    "ControllerState",
+    "WindowSummary",
+    "PHASES",
+    "TRIAL",
+    "APPROACH",
+    "AVERAGE",
+    "FIXED",
+    "init",
+    "update",
+    "finish",
+    "answer",
+    "summarize",
+    "next_window_length",
+    "size_trial",
+    "elbo_trend_t",
+    "convergence",
+]
+
+TRIAL, APPROACH, AVERAGE, FIXED = 0, 1, 2, 3
+PHASES = ("trial", "approach", "average", "fixed")
+REASONS = ("", "converged", "max_steps", "time_budget", "interrupted", "fixed_schedule")
+TRIAL_FRACTION = 0.2  # of a time budget, at most, for the trial
+MIN_TRIAL_STEPS = 20  # per candidate; where fewer fit, the fallback candidate runs alone
+STALL_STEPS = 50  # skipped steps in a row that stop a fixed schedule with NumericalError
+STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
+FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE) is a fall
+TAIL_FACTOR = 100.0  # a window mean this many magnitudes of the median below it is a collapse
+TREND_WINDOWS = 8
+
+
+class AdaptiveSettings(NamedTuple):
+    """Knobs of the default procedure (all have defaults that need no tuning).
+
+    Attributes:
+      step_size: the natural-gradient candidate's ``rho`` (1 is Newton's step at a conjugate
+        optimum).
+      max_kl: ``kappa``, the KL trust region of one natural step per latent element (nats).
+      tolerance: target accuracy of the answer, in posterior standard deviations (Fisher
+        metric); ``0.005`` puts means and variances of the conjugate test cases within 2%.
+      window: iterations per compiled window (the unit of monitoring).
+      min_batches: batch means needed before the MCSE is trusted.
+      max_batches: batch means after which a stage ends (step halved) even when its average
+        is not yet known to ``tolerance``.
+      trial_windows: windows each candidate runs before the best is kept.
+      adam_step_size: the Adam candidates' middle learning rate.
+    """
+
+    step_size: float = 0.1
+    max_kl: float = 0.5
+    tolerance: float = 0.005
+    window: int = 100
+    min_batches: int = 8
+    max_batches: int = 64
+    trial_windows: int = 3
+    adam_step_size: float = 0.1
+
+    def validated(self) -> "AdaptiveSettings":
+        for name in ("step_size", "max_kl", "tolerance", "adam_step_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        for name in ("window", "min_batches", "max_batches", "trial_windows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < 2:
+                raise ConfigError(f"{name} must be an integer of at least 2, got {value!r}")
+        return self
+
+
+class Convergence(NamedTuple):
+    """How a run ended.
+
+    Attributes:
+      converged: the stopping rule was met (two consecutive stage averages agree and each is
+        known to ``tolerance``).
+      reason: ``"converged"``, ``"max_steps"``, ``"time_budget"``, ``"interrupted"`` or
+        ``"fixed_schedule"`` (an explicit step size or optimizer: no convergence rule ran).
+      num_iterations: iterations run (the trial's steps of every candidate included).
+      num_stages: step-size stages begun.
+      step_size: ``rho`` of the last stage.
+      accuracy: estimated Monte Carlo error of the returned average, in posterior standard
+        deviations (nan when no average was formed).
+      stage_change: difference between the last two stage averages, same units (nan if fewer).
+      averaged_iterations: iterations in the returned average (0: the last iterate).
+      restarts: times a falling ELBO restored the best state and halved ``rho``.
+      direction: the update rule kept (``"natural"`` or ``"adam-<learning rate>"``).
+      trial_elbos: each candidate's median ELBO over its last trial window.
+      trial_note: how the rule was chosen (the trial's length, or why there was none).
+    """
+
+    converged: bool
+    reason: str
+    num_iterations: int
+    num_stages: int = 0
+    step_size: float = math.nan
+    accuracy: float = math.nan
+    stage_change: float = math.nan
+    averaged_iterations: int = 0
+    restarts: int = 0
+    direction: str = ""
+    trial_elbos: dict = {}
+    trial_note: str = ""
+
+    def summary(self) -> str:
+        state = "converged" if self.converged else f"not converged ({self.reason})"
+        return (
+            f"{state} after {self.num_iterations} iterations, {self.num_stages} stage(s) of "
+            f"{self.direction or 'fixed'} steps; "
+            f"accuracy {self.accuracy:.2g} sd, stage change {self.stage_change:.2g} sd"
+        )
+
+
+class WindowSummary(NamedTuple):
+    """What the controller reads of a window: per-step ELBO estimates and finiteness, which
+    latents had a non-finite gradient, and the mean of the window's iterates."""
+
+    elbo: np.ndarray
+    finite: np.ndarray
+    nonfinite_latents: np.ndarray  # (steps, latents) bool
+    mean_params: Any
+
+
+class ControllerState(NamedTuple):
+    """Everything the procedure decides from, as arrays (checkpointed with the run).
+
+    Scalars are NumPy 0-d arrays; ``leader_state`` and ``best_state`` are states of the loop
+    (``VIState``), the others pytrees shaped like the parameters (float64).
+    """
+
+    phase: np.ndarray
+    reason: np.ndarray
+    iterations: np.ndarray
+    candidate: np.ndarray
+    step_size: np.ndarray
+    trial_steps: np.ndarray  # per candidate; -1: to be sized by a timed probe
+    trial_done: np.ndarray
+    trial_scores: np.ndarray  # (candidates,), nan until tried
+    trial_spreads: np.ndarray
+    leader: np.ndarray  # -1: none yet
+    leader_state: Any
+    stage: np.ndarray
+    restarts: np.ndarray
+    stalled: np.ndarray
+    medians: np.ndarray  # the last TREND_WINDOWS window medians
+    num_medians: np.ndarray
+    best_elbo: np.ndarray
+    best_state: Any
+    batches: np.ndarray
+    mean: Any
+    m2: Any
+    batch_sum: Any
+    batch_windows: np.ndarray
+    previous: Any
+    has_previous: np.ndarray
+    accuracy: np.ndarray
+    stage_change: np.ndarray
+    skipped_trial: np.ndarray  # the trial did not fit its time limit: the fallback ran
+
+
+def _i(value) -> np.ndarray:
+    return np.asarray(value, np.int64)
+
+
+def _f(value) -> np.ndarray:
+    return np.asarray(value, np.float64)
+
+
+def _zeros_like_params(params):
+    return jax.tree_util.tree_map(lambda leaf: np.zeros(np.shape(leaf), np.float64), params)
+
+
+def _as_host(tree):
+    """Parameter pytrees as float64 NumPy arrays (the averages are kept on the host)."""
+    return jax.tree_util.tree_map(lambda leaf: np.asarray(leaf, np.float64), tree)
+
+
+def init(
+    state,
+    num_candidates: int,
+    first_step_size: float,
+    *,
+    fixed: bool = False,
+    trial_steps: int = 0,
+) -> ControllerState:
+    """The controller for a run starting at the loop state ``state``.
+
+    ``fixed``: a fixed schedule (no trial, no stages). ``trial_steps``: iterations per
+    candidate (``-1``: sized later by :func:`size_trial`; ``0`` or one candidate: no trial).
+    """
+    zeros = _zeros_like_params(state.params)
+    trial = not fixed and num_candidates > 1 and trial_steps != 0
+    return ControllerState(
+        phase=_i(FIXED if fixed else (TRIAL if trial else APPROACH)),
+        reason=_i(0),
+        iterations=_i(0),
+        candidate=_i(0),
+        step_size=_f(first_step_size),
+        trial_steps=_i(trial_steps if trial else 0),
+        trial_done=_i(0),
+        trial_scores=np.full(max(num_candidates, 1), np.nan),
+        trial_spreads=np.zeros(max(num_candidates, 1)),
+        leader=_i(-1),
+        leader_state=state,
+        stage=_i(0),
+        restarts=_i(0),
+        stalled=_i(0),
+        medians=np.zeros(TREND_WINDOWS),
+        num_medians=_i(0),
+        best_elbo=_f(-np.inf),
+        best_state=state,
+        batches=_i(0),
+        mean=zeros,
+        m2=zeros,
+        batch_sum=zeros,
+        batch_windows=_i(0),
+        previous=zeros,
+        has_previous=np.asarray(False),
+        accuracy=_f(np.nan),
+        stage_change=_f(np.nan),
+        skipped_trial=np.asarray(False),
+    )
+
+
+def elbo_trend_t(means) -> float:
+    """t statistic of the slope of ``means`` against their index (inf when perfectly linear
+    and increasing; nan below 3 values)."""
+    y = np.asarray(means, np.float64)
+    n = y.size
+    if n < 3:
+        return math.nan
+    x = np.arange(n) - (n - 1) / 2
+    slope = float(np.dot(x, y - y.mean()) / np.dot(x, x))
+    residual = y - y.mean() - slope * x
+    variance = float(np.dot(residual, residual)) / (n - 2)
+    se = math.sqrt(variance / float(np.dot(x, x)))
+    if se == 0.0:
+        return math.inf if slope > 0 else (-math.inf if slope < 0 else 0.0)
+    return slope / se
+
+
+class _Window(NamedTuple):
+    median: float
+    se: float
+    mean: float
+    good: int
+    steps: int
+
+
+def summarize(summary: WindowSummary) -> _Window:
+    """Robust statistics of a window's ELBO estimates: the median and a MAD-based standard
+    error (one-draw estimates at small gamma shapes have heavy tails), and the mean."""
+    elbo = np.asarray(summary.elbo, np.float64)
+    good = elbo[np.asarray(summary.finite, bool) & np.isfinite(elbo)]
+    if not good.size:
+        return _Window(-math.inf, math.inf, -math.inf, 0, elbo.size)
+    median = float(np.median(good))
+    se = float(1.4826 * np.median(np.abs(good - median)) / math.sqrt(good.size)) if good.size > 1 else math.inf
+    return _Window(median, se, float(np.mean(good)), int(good.size), int(elbo.size))
+
+
+def _collapsed(window: _Window) -> bool:
+    """The window's mean ELBO is far below its median: a left tail the median hides."""
+    return window.mean < window.median - TAIL_FACTOR * max(abs(window.median), 1.0)
+
+
+def next_window_length(state: ControllerState, window: int, max_steps: int | None) -> int:
+    """Steps of the next window (before any time limit): a full window, the trial's remainder
+    first (so that each candidate's last window, the one scored, is full), or what is left
+    under ``max_steps``."""
+    length = window
+    if int(state.phase) == TRIAL and int(state.trial_steps) > 0:
+        remaining = int(state.trial_steps) - int(state.trial_done)
+        length = remaining % window or window
+    if max_steps is not None:
+        length = min(length, max_steps - int(state.iterations))
+    return max(length, 0)
+
+
+def size_trial(
+    state: ControllerState, steps: int, fallback: int, step_size: float, loop_state, initial_state, select
+) -> tuple[ControllerState, Any]:
+    """Sets the trial's steps per candidate after a timed probe. Below ``MIN_TRIAL_STEPS`` the
+    trial is skipped and candidate ``fallback`` runs (from the probe's state if it was the
+    probed candidate, else from the start). Returns ``(state, loop state to run next)``."""
+    if steps >= MIN_TRIAL_STEPS:
+        return state._replace(trial_steps=_i(steps)), loop_state
+    keep = loop_state if fallback == int(state.candidate) else initial_state
+    keep = select(keep, fallback, step_size)
+    return state._replace(
+        phase=_i(APPROACH),
+        candidate=_i(fallback),
+        step_size=_f(step_size),
+        trial_steps=_i(0),
+        skipped_trial=np.asarray(True),
+        best_state=keep,
+    ), keep
+
+
+def _welford_add(state: ControllerState, tree) -> ControllerState:
+    count = int(state.batches) + 1
+    if count == 1:
+        return state._replace(batches=_i(1), mean=tree, m2=_zeros_like_params(tree))
+    delta = jax.tree_util.tree_map(np.subtract, tree, state.mean)
+    mean = jax.tree_util.tree_map(lambda m, d: m + d / count, state.mean, delta)
+    m2 = jax.tree_util.tree_map(lambda s, x, m, d: s + d * (x - m), state.m2, tree, mean, delta)
+    return state._replace(batches=_i(count), mean=mean, m2=m2)
+
+
+def _standard_error(state: ControllerState):
+    n = int(state.batches)
+    return jax.tree_util.tree_map(lambda m2: np.sqrt(m2 / (n * (n - 1))), state.m2)
+
+
+def _batch_windows_needed(rho: float, window: int) -> int:
+    return max(1, math.ceil(10.0 / rho / window))
+
+
+def _new_stage_statistics(state: ControllerState) -> ControllerState:
+    zeros = _zeros_like_params(state.mean)
+    return state._replace(
+        num_medians=_i(0), batches=_i(0), mean=zeros, m2=zeros, batch_sum=zeros, batch_windows=_i(0)
+    )
+
+
+def update(
+    state: ControllerState,
+    summary: WindowSummary,
+    loop_state,
+    *,
+    settings: AdaptiveSettings,
+    candidates,
+    initial_state,
+    select,
+    distance,
+    latent_names=(),
+) -> tuple[ControllerState, Any]:
+    """The procedure's decision after a window: ``(controller state, loop state to run next)``.
+
+    Args:
+      summary: the window's :class:`WindowSummary`.
+      loop_state: the loop state after the window.
+      candidates: the :class:`grepvi.rules.Candidate` list.
+      initial_state: the loop state every candidate starts from.
+      select: ``(loop state, candidate index, step size) -> loop state`` (sets the rule).
+      distance: ``(params, delta) -> float``, the Fisher-metric length of ``delta`` at
+        ``params`` in posterior standard deviations.
+    """
+    window = summarize(summary)
+    state = state._replace(iterations=_i(int(state.iterations) + window.steps))
+    phase = int(state.phase)
+    if phase == FIXED:
+        return _fixed_update(state, summary, latent_names), loop_state
+    stalled = int(state.stalled) + 1 if window.good == 0 else 0
+    state = state._replace(stalled=_i(stalled))
+    if stalled >= STALL_WINDOWS and phase != TRIAL:
+        bad = np.asarray(summary.nonfinite_latents, bool).reshape(window.steps, -1).any(0)
+        latents = [name for name, flag in zip(latent_names, bad, strict=False) if flag]
+        raise NumericalError(
+            f"{stalled} windows in a row (up to iteration {int(state.iterations)}) had a non-finite "
+            f"gradient at every step for latent(s) {latents}, with the step size halved to "
+            f"{float(state.step_size):.3g}; the run has stalled. Check the model at the current parameters."
+        )
+    if phase == TRIAL:
+        return _trial_update(state, window, loop_state, candidates, initial_state, select)
+    return _stage_update(state, window, summary, loop_state, settings, candidates, select, distance)
+
+
+def _fixed_update(state, summary, latent_names):
+    """A fixed schedule never changes the step; ``STALL_STEPS`` skipped steps in a row stop it."""
+    finite = np.asarray(summary.finite, bool)
+    run = int(state.stalled)
+    for index, ok in enumerate(finite):
+        run = 0 if ok else run + 1
+        if run >= STALL_STEPS:
+            bad = np.asarray(summary.nonfinite_latents, bool).reshape(finite.size, -1).any(0)
+            latents = [name for name, flag in zip(latent_names, bad, strict=False) if flag]
+            iteration = int(state.iterations) - finite.size + index + 1
+            raise NumericalError(
+                f"{run} steps in a row up to iteration {iteration} had a non-finite gradient "
+                f"(latents {latents}); the run has stalled. Lower the step size or check the model "
+                "at the current parameters."
+            )
+    return state._replace(stalled=_i(run))
+
+
+def _trial_update(state, window, loop_state, candidates, initial_state, select):
+    done = int(state.trial_done) + window.steps
+    state = state._replace(trial_done=_i(done))
+    if done < int(state.trial_steps) and math.isfinite(window.median):
+        return state, loop_state
+    index = int(state.candidate)
+    scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
+    scores[index] = window.median if math.isfinite(window.median) else -math.inf
+    spreads[index] = window.se if math.isfinite(window.se) else 0.0
+    state = state._replace(trial_scores=scores, trial_spreads=spreads)
+    leader = int(state.leader)
+    if leader < 0 or scores[index] > scores[leader] + 2.0 * math.hypot(spreads[leader], spreads[index]):
+        state = state._replace(leader=_i(index), leader_state=loop_state)
+    if index + 1 < len(candidates):
+        nxt = candidates[index + 1]
+        state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
+        return state, select(initial_state, index + 1, nxt.step_size)
+    kept = int(state.leader)
+    rho = candidates[kept].step_size
+    start = select(state.leader_state, kept, rho)
+    state = state._replace(phase=_i(APPROACH), candidate=_i(kept), step_size=_f(rho), best_state=start)
+    return _new_stage_statistics(state), start
+
+
+def _stage_update(state, window, summary, loop_state, settings, candidates, select, distance):
+    rho = float(state.step_size)
+    base = candidates[int(state.candidate)].step_size if candidates else rho
+    best = float(state.best_elbo)
+    fell = (
+        window.good < 0.5 * window.steps
+        or _collapsed(window)
+        or (math.isfinite(best) and window.median < best - max(0.05 * abs(best), 10.0 * window.se, FALL_NATS))
+    )
+    mean_params = _as_host(summary.mean_params)
+    if fell and rho > base * 2.0**-12:
+        rho /= 2.0
+        restored = select(state.best_state, int(state.candidate), rho)._replace(rng_key=loop_state.rng_key)
+        state = state._replace(phase=_i(APPROACH), step_size=_f(rho), restarts=_i(int(state.restarts) + 1))
+        return _new_stage_statistics(state), restored
+    if window.median > best:
+        # The window's mean iterate, not its last: an instability that starts at the end of
+        # the best window (seen on the Olivetti DEF with Adam) must not be what a fall restores.
+        best_state = loop_state._replace(params=_cast_like(mean_params, loop_state.params))
+        state = state._replace(best_elbo=_f(window.median), best_state=best_state)
+    if int(state.phase) == APPROACH:
+        count = int(state.num_medians)
+        medians = np.roll(state.medians, -1)
+        medians[-1] = window.median
+        count += 1
+        state = state._replace(medians=medians, num_medians=_i(count))
+        t = elbo_trend_t(medians[-min(count, TREND_WINDOWS) :])
+        if count >= 4 and t < 2.0:
+            state = _new_stage_statistics(state)._replace(phase=_i(AVERAGE))
+        return state, loop_state
+    # AVERAGE
+    batch_sum = jax.tree_util.tree_map(np.add, state.batch_sum, mean_params)
+    batch_windows = int(state.batch_windows) + 1
+    state = state._replace(batch_sum=batch_sum, batch_windows=_i(batch_windows))
+    if batch_windows < _batch_windows_needed(rho, settings.window):
+        return state, loop_state
+    state = _welford_add(state, jax.tree_util.tree_map(lambda s: s / batch_windows, batch_sum))
+    zeros = _zeros_like_params(batch_sum)
+    state = state._replace(batch_sum=zeros, batch_windows=_i(0))
+    if int(state.batches) < settings.min_batches:
+        return state, loop_state
+    accuracy = distance(state.mean, _standard_error(state))
+    state = state._replace(accuracy=_f(accuracy))
+    accurate = accuracy <= settings.tolerance
+    if not (accurate or int(state.batches) >= settings.max_batches):
+        return state, loop_state
+    # A stage ends when its average is known to the tolerance, or after max_batches batches:
+    # a step too large for the noise is halved rather than averaged for ever; only an accurate
+    # stage can end the run.
+    average = state.mean
+    if bool(state.has_previous):
+        change = distance(average, jax.tree_util.tree_map(np.subtract, average, state.previous))
+        state = state._replace(stage_change=_f(change))
+        if accurate and change <= 2.0 * settings.tolerance:
+            params = _cast_like(average, loop_state.params)
+            return state._replace(reason=_i(REASONS.index("converged"))), loop_state._replace(params=params)
+    rho /= 2.0
+    params = _cast_like(average, loop_state.params)
+    next_state = select(loop_state._replace(params=params), int(state.candidate), rho)
+    state = state._replace(
+        previous=average,
+        has_previous=np.asarray(True),
+        stage=_i(int(state.stage) + 1),
+        step_size=_f(rho),
+        phase=_i(APPROACH),
+        best_elbo=_f(-np.inf),
+        best_state=next_state,
+    )
+    return _new_stage_statistics(state), next_state
+
+
+def _cast_like(tree, like):
+    return jax.tree_util.tree_map(lambda value, ref: np.asarray(value, np.asarray(ref).dtype), tree, like)
+
+
+def finish(state: ControllerState, reason: str) -> ControllerState:
+    """``state`` stopped for ``reason`` (a cap or an interruption)."""
+    if int(state.reason):
+        return state
+    return state._replace(reason=_i(REASONS.index(reason)))
+
+
+def answer(state: ControllerState, loop_state, *, settings: AdaptiveSettings | None, distance=None):
+    """The parameters to return: the current stage's average where one has begun and the run
+    did not converge (a converged run's state already holds its average), else the last
+    iterate."""
+    params = loop_state.params
+    if int(state.phase) == AVERAGE and int(state.batches) and not _converged(state):
+        params = _cast_like(state.mean, loop_state.params)
+    return params
+
+
+def _converged(state: ControllerState) -> bool:
+    return REASONS[int(state.reason)] == "converged"
+
+
+def convergence(
+    state: ControllerState, candidates, settings: AdaptiveSettings | None, distance=None
+) -> Convergence:
+    """The :class:`Convergence` record of a finished (or stopped) run."""
+    reason = REASONS[int(state.reason)] or "interrupted"
+    iterations = int(state.iterations)
+    if int(state.phase) == FIXED:
+        return Convergence(converged=False, reason="fixed_schedule" if reason != "interrupted" else reason,
+                           num_iterations=iterations)
+    rho = float(state.step_size)
+    window = settings.window if settings else 1
+    batch = _batch_windows_needed(rho, window) * window
+    accuracy = float(state.accuracy)
+    averaged = 0
+    if _converged(state):
+        averaged = int(state.batches) * batch
+    elif int(state.phase) == AVERAGE and int(state.batches):
+        averaged = int(state.batches) * batch
+        accuracy = distance(state.mean, _standard_error(state)) if int(state.batches) > 1 else math.nan
+    labels = [c.label for c in candidates]
+    scores = {label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)}
+    kept = labels[int(state.candidate)] if labels else ""
+    return Convergence(
+        converged=_converged(state),
+        reason=reason,
+        num_iterations=iterations,
+        num_stages=int(state.stage) + 1,
+        step_size=rho,
+        accuracy=accuracy,
+        stage_change=float(state.stage_change),
+        averaged_iterations=averaged,
+        restarts=int(state.restarts),
+        direction=kept,
+        trial_elbos=scores,
+        trial_note=_trial_note(state, labels, kept),
+    )
+
+
+def _trial_note(state: ControllerState, labels, kept: str) -> str:
+    if len(labels) <= 1:
+        return f"{kept}: the only rule"
+    if bool(state.skipped_trial):
+        return (
+            f"{kept}: no trial (fewer than {MIN_TRIAL_STEPS} steps per rule fit the trial's "
+            f"{TRIAL_FRACTION:.0%} of the time budget); kept the fallback rule"
+        )
+    if int(state.trial_steps) <= 0:
+        return f"{kept}: trial not run"
+    return f"{kept}: best median ELBO after {int(state.trial_steps)} steps of each of {len(labels)} rules"
+
+
+def check_settings(settings) -> AdaptiveSettings:
+    if not isinstance(settings, AdaptiveSettings):
+        raise ConfigError(f"settings: expected grepvi.AdaptiveSettings, got {type(settings).__name__}")
+    return settings.validated()

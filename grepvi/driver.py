@@ -1,0 +1,432 @@
+"""The one loop every entry point runs: compiled windows of steps, a controller, observers.
+
+``grepvi.fit`` (default procedure or a fixed schedule), the command line's runs, the held-out
+refit and ``from_numpyro(...).fit()`` all run :func:`run`:
+
+* a **window** (:func:`make_window`): one compiled program ``(state, data, active) ->
+  (state, mean iterate, per-step outputs)`` that applies ``active`` steps of
+  ``step_fn(state, data)`` (a ``lax.fori_loop`` with a dynamic trip count: a shorter window
+  costs proportionally less and needs no other program; the data is an argument, never a
+  constant);
+* the **controller** (:mod:`grepvi.controller`): pure state updated after every window, that
+  chooses the rule and step size by setting arrays of the state (one compilation per fit);
+* **observers**: the trace, the progress bar, checkpoints and signals, each an object with
+  ``on_window(event)`` (and optionally ``should_stop()`` and ``on_end(event)``).
+
+Everything a run needs to continue is :class:`RunState` (loop state, controller state, wall
+time spent): checkpoint it after any window, pass it back as ``resume``, and the run goes on
+exactly as if it had not stopped (bitwise, on the same machine, when the windows are not
+sized by the clock: a ``time_budget`` makes the last window's length depend on time).
+
+Caps, defined once: ``max_steps`` counts every step the run applied (the trial's candidates
+included), ``time_budget`` is wall time from the start of :func:`run` plus the ``wall_time``
+of a resumed state, compilation and the trial included; what observers do after a window
+(held-out evaluation, checkpoints) is excluded from the budget.
+"""
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grepvi import controller
+from grepvi.controller import ControllerState, WindowSummary
+from grepvi.errors import ConfigError
+
+__all__ = [
+    "RunState",
+    "WindowEvent",
+    "Plan",
+    "make_window",
+    "run",
+    "TraceObserver",
+    "ProgressObserver",
+    "to_storage",
+    "from_storage",
+]
+
+PROBE_STEPS = 1  # timed steps that size the trial to its time limit (a NIPS BBVI step: 20 s)
+
+
+class RunState(NamedTuple):
+    """Everything a run needs to continue: the loop's state, the controller's, and the
+    seconds of wall time already spent."""
+
+    loop: Any
+    controller: ControllerState
+    wall_time: Any  # float64 0-d array
+
+
+class WindowEvent(NamedTuple):
+    """What observers see after every window.
+
+    ``first_iteration``: iterations before the window; ``outputs``: per-step ``elbo``,
+    ``finite``, ``nonfinite_latents``, scalar ``extras`` (and ``params`` with
+    ``keep_params``); ``run_state``: the state to continue from; ``previous_loop``: the loop
+    state the window started from; ``wall_time``: seconds since the run's start (resumed
+    runs included); ``phase``: ``"trial"``, ``"approach"``, ``"average"`` or ``"fixed"``.
+    """
+
+    first_iteration: int
+    outputs: dict
+    run_state: RunState
+    previous_loop: Any
+    wall_time: float
+    window_seconds: float
+    phase: str
+    step_size: float
+    accuracy: float
+    label: str
+
+
+class Plan(NamedTuple):
+    """The static parts of a run: the procedure's settings and candidates, how to set a rule
+    in a loop state, the Fisher-metric distance, the start every candidate shares."""
+
+    settings: controller.AdaptiveSettings | None
+    candidates: Sequence
+    select: Callable
+    distance: Callable | None
+    initial_state: Any
+    window: int
+    latent_names: tuple = ()
+    fallback: int = 0
+
+
+def make_window(step_fn: Callable, length: int, keep_params: bool = False):
+    """The compiled window of up to ``length`` steps of ``step_fn(state, data) -> (state, info)``.
+
+    ``info`` has ``elbo``, ``finite``, ``nonfinite_latents`` and ``extras`` (scalars kept).
+    Returns ``window(state, data, active)`` with ``window.length``, ``window.compile(state,
+    data)`` (ahead of time; the first call then runs without compiling).
+    """
+
+    def one_step(state, data):
+        new_state, info = step_fn(state, data)
+        extras = {key: value for key, value in info.extras.items() if jnp.ndim(value) == 0}
+        out = {
+            "elbo": info.elbo,
+            "finite": info.finite,
+            "nonfinite_latents": info.nonfinite_latents,
+            "extras": extras,
+        }
+        if keep_params:
+            out["params"] = state.params
+        return new_state, out
+
+    def program(state, data, active):
+        active = jnp.clip(jnp.asarray(active, jnp.int32), 0, length)
+        shapes = jax.eval_shape(one_step, state, data)[1]
+        buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((length, *s.shape), s.dtype), shapes)
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+
+        def body(index, carry):
+            state, total, buffers = carry
+            state, out = one_step(state, data)
+            total = jax.tree_util.tree_map(jnp.add, total, state.params)
+            buffers = jax.tree_util.tree_map(lambda b, v: b.at[index].set(v), buffers, out)
+            return state, total, buffers
+
+        state, total, outputs = jax.lax.fori_loop(0, active, body, (state, zeros, buffers))
+        mean = jax.tree_util.tree_map(lambda t: t / jnp.maximum(active, 1).astype(t.dtype), total)
+        return state, mean, outputs
+
+    jitted = jax.jit(program)
+    compiled = {}
+
+    def window(state, data, active):
+        key = _signature(state, data)
+        function = compiled.get(key, jitted)
+        return function(state, data, np.int32(active))
+
+    def compile_ahead(state, data):
+        key = _signature(state, data)
+        if key not in compiled:
+            compiled[key] = jitted.lower(state, data, np.int32(length)).compile()
+        return compiled[key]
+
+    window.length = length
+    window.compile = compile_ahead
+    window.jitted = jitted
+    return window
+
+
+def _signature(*trees):
+    leaves, treedef = jax.tree_util.tree_flatten(trees)
+    return treedef, tuple((np.shape(leaf), str(getattr(leaf, "dtype", type(leaf)))) for leaf in leaves)
+
+
+def _host_outputs(outputs: dict, active: int) -> dict:
+    """The first ``active`` rows of the window's per-step outputs, as NumPy arrays."""
+    host = {}
+    for key, value in outputs.items():
+        if key == "extras":
+            host[key] = {k: np.asarray(v)[:active] for k, v in value.items()}
+        elif key == "params":
+            host[key] = jax.tree_util.tree_map(lambda leaf: leaf[:active], value)
+        else:
+            host[key] = np.asarray(value)[:active]
+    return host
+
+
+def run(
+    window,
+    run_state: RunState,
+    plan: Plan,
+    *,
+    data=None,
+    max_steps: int | None = None,
+    time_budget: float | None = None,
+    observers: Sequence = (),
+    clock: Callable[[], float] = time.perf_counter,
+) -> RunState:
+    """Runs windows from ``run_state`` until the controller converges or a cap is reached.
+
+    Returns the final :class:`RunState` (its controller's ``reason`` says why it stopped).
+    """
+    if max_steps is None and time_budget is None and not observers:
+        raise ConfigError("give max_steps or time_budget (or an observer that stops the run)")
+    start = clock() - float(run_state.wall_time)
+    loop, state = run_state.loop, run_state.controller
+    window.compile(loop, data)
+    window(loop, data, 0)  # the first call's own costs (allocation, dispatch) off the probe
+    per_step = None
+    while True:
+        elapsed = clock() - start
+        if int(state.reason):
+            break
+        reason = _cap_reached(state, max_steps, time_budget, elapsed, observers)
+        if reason:
+            state = controller.finish(state, reason)
+            break
+        probing = int(state.phase) == controller.TRIAL and int(state.trial_steps) < 0
+        active = PROBE_STEPS if probing else controller.next_window_length(state, plan.window, max_steps)
+        if time_budget is not None and per_step is not None:
+            fits = math.floor((time_budget - elapsed) / per_step)
+            if fits < 1 and int(state.iterations) > 0:
+                state = controller.finish(state, "time_budget")
+                break
+            active = min(active, max(fits, 1))  # a run does at least one step
+        window_start = clock()
+        new_loop, mean, outputs = window(loop, data, active)
+        outputs = _host_outputs(outputs, active)  # waits for the window
+        seconds = clock() - window_start
+        per_step = seconds / max(active, 1)
+        summary = WindowSummary(outputs["elbo"], outputs["finite"], outputs["nonfinite_latents"], mean)
+        first = int(state.iterations)
+        label = _label(plan, state)
+        phase_ran, rho_ran = int(state.phase), float(state.step_size)
+        state, next_loop = controller.update(
+            state,
+            summary,
+            new_loop,
+            settings=plan.settings,
+            candidates=plan.candidates,
+            initial_state=plan.initial_state,
+            select=plan.select,
+            distance=plan.distance,
+            latent_names=plan.latent_names,
+        )
+        if probing:
+            state, next_loop = _size_trial(state, next_loop, plan, time_budget, max_steps, clock() - start, per_step)
+        wall = clock() - start
+        event = WindowEvent(
+            first_iteration=first,
+            outputs=outputs,
+            run_state=RunState(next_loop, state, np.float64(wall)),
+            previous_loop=loop,
+            wall_time=wall,
+            window_seconds=seconds,
+            phase=controller.PHASES[phase_ran],
+            step_size=rho_ran,
+            accuracy=float(state.accuracy),
+            label=label,
+        )
+        for observer in observers:
+            observer.on_window(event)
+        start += (clock() - start) - wall  # what observers did is not the run's time
+        loop = next_loop
+    final = RunState(loop, state, np.float64(clock() - start))
+    for observer in observers:
+        if hasattr(observer, "on_end"):
+            observer.on_end(final)
+    return final
+
+
+def _label(plan: Plan, state: ControllerState) -> str:
+    if not plan.candidates:
+        return ""
+    return plan.candidates[int(state.candidate)].label
+
+
+def _cap_reached(state, max_steps, time_budget, elapsed, observers) -> str | None:
+    if max_steps is not None and int(state.iterations) >= max_steps:
+        return "max_steps"
+    if time_budget is not None and elapsed >= time_budget and int(state.iterations) > 0:
+        return "time_budget"
+    if any(getattr(observer, "should_stop", lambda: False)() for observer in observers):
+        return "interrupted"
+    return None
+
+
+def _size_trial(state, loop, plan, time_budget, max_steps, elapsed, per_step):
+    """After the probe: as many trial steps per candidate as fit ``TRIAL_FRACTION`` of the
+    budget (and the cap), at most ``trial_windows`` windows."""
+    steps = plan.settings.trial_windows * plan.window
+    count = len(plan.candidates)
+    if max_steps is not None:
+        steps = min(steps, max_steps // (2 * count))
+    if time_budget is not None:
+        room = controller.TRIAL_FRACTION * time_budget - elapsed
+        steps = min(steps, math.floor((room + PROBE_STEPS * per_step) / (per_step * count)))
+    fallback = plan.candidates[plan.fallback]
+    return controller.size_trial(
+        state, steps, plan.fallback, fallback.step_size, loop, plan.initial_state, plan.select
+    )
+
+
+def trial_steps(settings, window: int, num_candidates: int, max_steps: int | None, time_budget) -> int:
+    """Steps per candidate known before the run (``-1``: a timed probe sizes it)."""
+    if num_candidates <= 1:
+        return 0
+    if time_budget is not None:
+        return -1
+    steps = settings.trial_windows * window
+    if max_steps is not None:
+        steps = min(steps, max_steps // (2 * num_candidates))
+    return steps if steps >= controller.MIN_TRIAL_STEPS else 0
+
+
+# --- observers ------------------------------------------------------------------------------------
+
+
+class TraceObserver:
+    """Collects the trace: per-iteration ELBO, wall time (interpolated within a window),
+    skipped steps, step size, phase and the estimator's scalar extras; counts skipped steps
+    and the latents that caused them."""
+
+    def __init__(self, latent_names: Sequence[str] = (), initial_wall_time: float = 0.0):
+        self.names = tuple(latent_names)
+        self.columns: dict[str, list] = {}
+        self.skipped = 0
+        self.bad = np.zeros(len(self.names), bool)
+        self.last_wall = float(initial_wall_time)
+
+    def rows(self, event: WindowEvent) -> dict:
+        out = event.outputs
+        n = np.asarray(out["elbo"]).size
+        wall = self.last_wall + (event.wall_time - self.last_wall) * np.arange(1, n + 1) / max(n, 1)
+        self.last_wall = event.wall_time
+        rows = {
+            "iteration": np.arange(event.first_iteration + 1, event.first_iteration + n + 1, dtype=np.float64),
+            "wall_time": wall,
+            "elbo": np.asarray(out["elbo"], np.float64),
+            "skipped": 1.0 - np.asarray(out["finite"], np.float64),
+            "step_size": np.full(n, event.step_size),
+            "phase": np.full(n, float(controller.PHASES.index(event.phase))),
+        }
+        for key, value in out.get("extras", {}).items():
+            rows[key] = np.asarray(value, np.float64)
+        return rows
+
+    def on_window(self, event: WindowEvent) -> None:
+        rows = self.rows(event)
+        for key, value in rows.items():
+            self.columns.setdefault(key, []).append(value)
+        finite = np.asarray(event.outputs["finite"], bool)
+        self.skipped += int((~finite).sum())
+        bad = np.asarray(event.outputs["nonfinite_latents"], bool)
+        if bad.size and self.names:
+            self.bad |= bad.reshape(finite.size, -1).any(0)[: len(self.names)]
+
+    def arrays(self) -> dict:
+        return {key: np.concatenate(parts) for key, parts in self.columns.items()}
+
+    def bad_latents(self) -> list[str]:
+        return [name for name, flag in zip(self.names, self.bad, strict=True) if flag]
+
+
+class ProgressObserver:
+    """A tqdm bar of iterations with the ELBO, phase, step size and accuracy. Not on a
+    terminal, at most one line every ``interval`` seconds (a log grows with time, not speed)."""
+
+    def __init__(self, total: int | None, description: str, initial: int = 0, interval: float | None = None):
+        from tqdm.auto import tqdm
+
+        terminal = sys.stderr.isatty()
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            desc=description,
+            unit="it",
+            leave=False,
+            dynamic_ncols=True,
+            file=sys.stderr,
+            mininterval=interval if interval is not None else (0.1 if terminal else 10.0),
+            maxinterval=max(10.0, interval or 0.0) if not terminal else 10.0,
+        )
+        self.description = description
+
+    def on_window(self, event: WindowEvent) -> None:
+        elbo = np.asarray(event.outputs["elbo"], np.float64)
+        finite = elbo[np.isfinite(elbo)]
+        label = f"{self.description} {event.phase}" + (f" {event.label}" if event.phase == "trial" else "")
+        self.bar.set_description_str(label, refresh=False)
+        self.bar.set_postfix(
+            elbo=f"{np.median(finite):.5g}" if finite.size else "nan",
+            rho=f"{event.step_size:.3g}",
+            acc=f"{event.accuracy:.2g}",
+            time=f"{event.wall_time:.0f}s",
+            refresh=False,
+        )
+        self.bar.update(event.first_iteration + elbo.size - self.bar.n)
+
+    def on_end(self, final) -> None:
+        self.bar.close()
+
+
+# --- storage --------------------------------------------------------------------------------------
+
+
+def _is_key(leaf) -> bool:
+    return hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def to_storage(tree) -> list[np.ndarray]:
+    """The leaves of ``tree`` as NumPy arrays (random keys as their raw key data)."""
+    return [
+        np.asarray(jax.random.key_data(leaf)) if _is_key(leaf) else np.asarray(leaf)
+        for leaf in jax.tree_util.tree_leaves(tree)
+    ]
+
+
+def from_storage(template, leaves: Sequence[np.ndarray], source: str = "checkpoint"):
+    """``leaves`` put back into the structure of ``template`` (a fresh state of the same
+    configuration), keys re-wrapped; a :class:`ConfigError` when they do not fit."""
+    mine, treedef = jax.tree_util.tree_flatten(template)
+    if len(mine) != len(leaves):
+        raise ConfigError(
+            f"{source}: holds {len(leaves)} arrays, this configuration needs {len(mine)}; it was "
+            "written by a different model, estimator or procedure"
+        )
+    restored = []
+    for index, (ours, theirs) in enumerate(zip(mine, leaves, strict=True)):
+        expected = np.asarray(jax.random.key_data(ours)) if _is_key(ours) else np.asarray(ours)
+        theirs = np.asarray(theirs)
+        if expected.shape != theirs.shape or expected.dtype != theirs.dtype:
+            raise ConfigError(
+                f"{source}: array {index} has shape {theirs.shape} ({theirs.dtype}), this configuration "
+                f"needs {expected.shape} ({expected.dtype}); it was written by a different configuration"
+            )
+        if _is_key(ours):
+            restored.append(jax.random.wrap_key_data(jnp.asarray(theirs), impl=jax.random.key_impl(ours)))
+        elif isinstance(ours, np.ndarray):
+            restored.append(theirs.copy())
+        else:
+            restored.append(jnp.asarray(theirs))
+    return jax.tree_util.tree_unflatten(treedef, restored)

@@ -1,0 +1,172 @@
+"""Update rules of the default procedure, chosen by an index in the state: one compiled program.
+
+The default procedure tries several update rules from the same start and keeps the best
+(:mod:`grepvi.controller`). Each rule is an optax-style transformation whose step size is an
+argument of its update, so that every rule and every step size live in one optimizer state,
+:class:`SwitchState`: the index of the rule in use, its step size, and the inner state of
+every rule. :func:`switch` applies the selected rule with ``lax.switch`` (only that branch
+runs), so changing the rule or the step size changes arrays of the state, never the program:
+the trial, the stages and the final answer run in one compilation.
+
+* ``natural``: natural-gradient steps with a KL trust region
+  (:func:`grepvi.natural_gradient.natural_gradient`), for families with a closed-form Fisher
+  information.
+* ``adam``: Adam (Kingma & Ba 2015) on the unconstrained parameters, positive ones in log
+  scale (:func:`grepvi.natural_gradient.positive_in_log_scale`).
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from grepvi.errors import ConfigError
+from grepvi.natural_gradient import natural_gradient, positive_in_log_scale
+
+__all__ = [
+    "Rule",
+    "SwitchState",
+    "Candidate",
+    "natural_rule",
+    "adam_rule",
+    "switch",
+    "select",
+    "selected",
+    "default_candidates",
+    "ADAM_TRIAL_FACTORS",
+]
+
+ADAM_TRIAL_FACTORS = (1.0, 10.0, 0.1)  # Adam's learning rates in the trial, times adam_step_size
+
+
+class Rule(NamedTuple):
+    """An update rule: ``init(params) -> state`` and
+    ``update(grads, state, params, step_size) -> (updates, state)`` (fed the gradient of
+    ``-ELBO``, as optax)."""
+
+    name: str
+    init: Callable
+    update: Callable
+
+
+class SwitchState(NamedTuple):
+    """The optimizer state of :func:`switch`: which rule runs, at which step size, and the
+    inner state of every rule (only the selected one changes in a step)."""
+
+    index: jax.Array  # int32
+    step_size: jax.Array  # float32
+    inner: tuple
+
+
+class Candidate(NamedTuple):
+    """A rule and a step size the trial may keep (``label`` e.g. ``"adam-0.1"``)."""
+
+    label: str
+    index: int
+    step_size: float
+
+
+def natural_rule(families: dict, max_kl: float) -> Rule:
+    """Natural-gradient steps of size ``rho`` with a KL trust region of ``max_kl`` nats."""
+    inner = natural_gradient(families, 1.0, max_kl)
+
+    def update(grads, state, params, step_size):
+        state = state._replace(step_size=jnp.asarray(step_size, jnp.float32))
+        return inner.update(grads, state, params)
+
+    return Rule("natural", inner.init, update)
+
+
+def adam_rule(families: dict) -> Rule:
+    """Adam at learning rate ``rho``, positive parameters in log scale."""
+    template = positive_in_log_scale(families, optax.adam(1.0))
+
+    def update(grads, state, params, step_size):
+        rule = positive_in_log_scale(families, optax.adam(jnp.asarray(step_size, jnp.float32)))
+        return rule.update(grads, state, params)
+
+    return Rule("adam", template.init, update)
+
+
+def switch(rules: Sequence[Rule], index: int = 0, step_size: float = 0.1) -> optax.GradientTransformation:
+    """One optax transformation that applies ``rules[state.index]`` at ``state.step_size``.
+
+    Every rule's state is initialized (they share nothing); ``lax.switch`` runs the selected
+    branch alone. Set the rule and step size with :func:`select`.
+    """
+    rules = tuple(rules)
+    if not rules:
+        raise ConfigError("switch needs at least one rule")
+
+    def init_fn(params):
+        return SwitchState(
+            index=jnp.asarray(index, jnp.int32),
+            step_size=jnp.asarray(step_size, jnp.float32),
+            inner=tuple(rule.init(params) for rule in rules),
+        )
+
+    def update_fn(updates, state, params=None):
+        def branch(i):
+            def run(operands):
+                grads, inner, params, rho = operands
+                new_updates, new_state = rules[i].update(grads, inner[i], params, rho)
+                return new_updates, inner[:i] + (new_state,) + inner[i + 1 :]
+
+            return run
+
+        operands = (updates, state.inner, params, state.step_size)
+        if len(rules) == 1:
+            new_updates, inner = branch(0)(operands)
+        else:
+            new_updates, inner = jax.lax.switch(state.index, [branch(i) for i in range(len(rules))], operands)
+        return new_updates, state._replace(inner=inner)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _is_switch(node) -> bool:
+    return isinstance(node, SwitchState)
+
+
+def select(tree: Any, index: int, step_size: float) -> Any:
+    """``tree`` (a state holding one or more :class:`SwitchState`) with every switch set to
+    rule ``index`` at ``step_size``."""
+
+    def set_one(node):
+        if not _is_switch(node):
+            return node
+        return node._replace(
+            index=jnp.asarray(index, jnp.int32), step_size=jnp.asarray(step_size, jnp.float32)
+        )
+
+    return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
+
+
+def selected(tree: Any) -> tuple[int, float] | None:
+    """``(index, step size)`` of the first :class:`SwitchState` in ``tree`` (None if none)."""
+    for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
+        if _is_switch(node):
+            return int(node.index), float(node.step_size)
+    return None
+
+
+def default_candidates(families: dict, step_size: float, max_kl: float, adam_step_size: float):
+    """The default procedure's optimizer (a :func:`switch` of its rules) and its candidates.
+
+    ``natural`` at ``step_size`` where every family has a closed-form Fisher information, then
+    Adam at ``adam_step_size`` times 1, 10 and 0.1 (a grid, as in Stan's eta adaptation).
+    Returns ``(optimizer, candidates)``; the optimizer starts at the first candidate.
+    """
+    rules, candidates = [], []
+    if all(family.has_fisher for family in families.values()):
+        rules.append(natural_rule(families, max_kl))
+        candidates.append(Candidate("natural", 0, float(step_size)))
+    adam_index = len(rules)
+    rules.append(adam_rule(families))
+    for factor in ADAM_TRIAL_FACTORS:
+        rate = adam_step_size * factor
+        candidates.append(Candidate(f"adam-{rate:g}", adam_index, float(rate)))
+    first = candidates[0]
+    return switch(rules, first.index, first.step_size), candidates
