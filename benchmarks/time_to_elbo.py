@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from grepvi import experiments
-from grepvi.runs import read_trace
+from grepvi.run_files import read_trace
 
 MODELS = {
     "olivetti": "sparse-gamma-def",

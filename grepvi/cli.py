@@ -134,7 +134,8 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         "--time-budget",
         type=_number,
         metavar="S",
-        help="cap on training wall time in seconds (compilation included)",
+        help="cap on wall time in seconds from the start of training, compilation and the trial "
+        "included, held-out evaluation excluded (both procedures)",
     )
     group.add_argument("--num-steps", type=_integer, metavar="N", help="cap on iterations (default 200,000)")
     group.add_argument(
@@ -188,7 +189,17 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         "--refit-step-size", type=_number, metavar="ETA", help="eta of that refit (default: --step-size)"
     )
     group.add_argument(
-        "--chunk-size", type=_integer, default=10, help="iterations per compiled chunk (default 10)"
+        "--chunk-size",
+        type=_integer,
+        default=None,
+        help="iterations per compiled window, both procedures (default 10 with --step-size, else 100)",
+    )
+    group.add_argument(
+        "--batch-size",
+        type=_integer,
+        default=None,
+        metavar="B",
+        help="minibatch VI: B rows of the data per step, both procedures (default: all rows)",
     )
     group.add_argument(
         "--checkpoint-every", type=_integer, default=0, metavar="N", help="checkpoint every N iterations"
@@ -284,6 +295,7 @@ def _config(args, estimator: str):
         tolerance=args.tolerance,
         refit_estimator=args.refit_estimator,
         chunk_size=args.chunk_size,
+        batch_size=args.batch_size,
         elbo_every=args.elbo_every,
         synthetic_size=args.synthetic_size,
         checkpoint_every=args.checkpoint_every,

@@ -574,14 +574,15 @@ def convergence(
     labels = [c.label for c in candidates]
     scores = {label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)}
     kept = labels[int(state.candidate)] if labels else ""
+    nan_safe = lambda x: math.nan if math.isnan(x) else float(x)  # one nan: equal records compare equal
     return Convergence(
         converged=_converged(state),
         reason=reason,
         num_iterations=iterations,
         num_stages=int(state.stage) + 1,
         step_size=rho,
-        accuracy=accuracy,
-        stage_change=float(state.stage_change),
+        accuracy=nan_safe(accuracy),
+        stage_change=nan_safe(float(state.stage_change)),
         averaged_iterations=averaged,
         restarts=int(state.restarts),
         direction=kept,

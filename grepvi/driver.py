@@ -47,6 +47,7 @@ __all__ = [
     "TraceObserver",
     "ProgressObserver",
     "to_storage",
+    "resumable",
     "from_storage",
 ]
 
@@ -290,6 +291,15 @@ def _size_trial(state, loop, plan, time_budget, max_steps, elapsed, per_step):
     )
 
 
+def resumable(run_state: RunState) -> RunState:
+    """A stored run state ready to continue: a run stopped by a cap or an interruption goes
+    on (a converged one stays converged)."""
+    reason = controller.REASONS[int(run_state.controller.reason)]
+    if reason == "converged":
+        return run_state
+    return run_state._replace(controller=run_state.controller._replace(reason=np.asarray(0, np.int64)))
+
+
 def trial_steps(settings, window: int, num_candidates: int, max_steps: int | None, time_budget) -> int:
     """Steps per candidate known before the run (``-1``: a timed probe sizes it)."""
     if num_candidates <= 1:
@@ -388,6 +398,11 @@ class ProgressObserver:
 
     def on_end(self, final) -> None:
         self.bar.close()
+
+
+def leading_axis(tree):
+    """``tree`` with a leading axis of one (a single iteration's parameters)."""
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf)[None], tree)
 
 
 # --- storage --------------------------------------------------------------------------------------

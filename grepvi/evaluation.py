@@ -29,12 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grepvi import controller, driver, fitting
+from grepvi.controller import AdaptiveSettings
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means, total_entropy
 from grepvi.families.base import Family
-from grepvi.inference import VIState
-from grepvi.loop import run_chunks
-from grepvi.optim import advi_stepsize
 
 __all__ = [
     "HeldoutLoglik",
@@ -222,26 +221,28 @@ def refit_local(
     )
     target = target._replace(log_space=bool(log_space))
     drawing = drawing_globals(estimator, global_families)
-    if step_size is None and optimizer is None:
-        return _refit_default(
-            rng_key, target, refit_data, local_families, global_families, drawing, num_steps
-        )
-    optimizer = advi_stepsize(float(step_size)) if optimizer is None else optimizer
-    init_key, run_key = jax.random.split(rng_key)
-    keys = jax.random.split(init_key, len(names))
-    params = {name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)}
-    state = VIState(
-        params=params,
-        opt_state=optimizer.init(params),
-        rng_key=run_key,
-        iteration=jnp.zeros([], jnp.int32),
-        num_skipped=jnp.zeros([], jnp.int32),
-    )
     if num_steps == 0:
+        keys = jax.random.split(jax.random.split(rng_key)[0], len(names))
+        params = {name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)}
         return params, np.zeros(0)
-
-    state, trace, _ = run_chunks(state, target, drawing, optimizer, num_steps, chunk_size, data=refit_data)
-    return state.params, trace.elbo
+    fixed = step_size is not None or optimizer is not None
+    prepared = fitting.setup(
+        _at_global_means(target, global_families),
+        drawing,
+        rng_key=rng_key,
+        data=refit_data,
+        step_size=step_size,
+        optimizer=optimizer,
+        settings=None if fixed else AdaptiveSettings(window=min(100, max(2, num_steps // 10))),
+        chunk_size=chunk_size if fixed else None,
+        max_steps=num_steps,
+    )
+    trace = driver.TraceObserver()
+    final = driver.run(
+        prepared.window, prepared.initial, prepared.plan, data=refit_data, max_steps=num_steps, observers=[trace]
+    )
+    params = controller.answer(final.controller, final.loop, settings=prepared.plan.settings)
+    return params, trace.arrays().get("elbo", np.zeros(0))
 
 
 def _refit_target(logdensity_fn, local_logdensity_fn, local_families, names, global_params, data):
@@ -286,32 +287,6 @@ def drawing_globals(estimator: Estimator, global_families: dict) -> Estimator:
         return estimator.estimate(key, params, bind_globals(target, weights))
 
     return estimator._replace(estimate=estimate)
-
-
-def _refit_default(rng_key, target, refit_data, local_families, global_families, drawing, num_steps):
-    from grepvi.adaptive import AdaptiveSettings, run_adaptive
-    from grepvi.fitting import adaptive_candidates
-
-    names = tuple(sorted(local_families))
-    if num_steps == 0:
-        keys = jax.random.split(jax.random.split(rng_key)[0], len(names))
-        return {
-            name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)
-        }, np.zeros(0)
-    settings = AdaptiveSettings(window=min(100, max(2, num_steps // 10)))
-    candidates = adaptive_candidates(
-        rng_key, _at_global_means(target, global_families), drawing, settings, data=refit_data
-    )
-    elbos = []
-    _, params, _ = run_adaptive(
-        candidates,
-        local_families,
-        settings,
-        max_steps=num_steps,
-        time_budget=None,
-        callback=lambda report: elbos.append(np.asarray(report.elbo)),
-    )
-    return params, np.concatenate(elbos) if elbos else np.zeros(0)
 
 
 def _at_global_means(target: Target, global_families: dict) -> Target:

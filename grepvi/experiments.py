@@ -21,31 +21,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import evaluation
-from grepvi.adaptive import AdaptiveSettings, get_step_size
+from grepvi import controller, driver, evaluation, fitting
+from grepvi.controller import AdaptiveSettings
 from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
-from grepvi.errors import DataError
+from grepvi.errors import DataError, NumericalError
 from grepvi.estimators.base import get_estimator
-from grepvi.fitting import DEFAULT_MAX_STEPS, adaptive_candidates
-from grepvi.inference import _check_target, init
+from grepvi.fitting import DEFAULT_MAX_STEPS
 from grepvi.models.registry import get_model_spec
-from grepvi.optim import advi_stepsize
 from grepvi.paper import ETA_GRID, PAPER_ETA
-from grepvi.runs import (
+from grepvi.run_files import (
     METRICS_FILE,
     PARAMS_FILE,
     RECONSTRUCTION_FILE,
     RunDirectory,
-    RunInterrupted,
     TraceRecorder,
     atomic_write_bytes,
     environment_versions,
-    median_time_per_iteration,
     read_json,
     save_params,
-    train,
-    train_adaptive,
     write_json,
+)
+from grepvi.runs import (
+    CheckpointObserver,
+    RunInterrupted,
+    RunRecorder,
+    SignalCatcher,
+    median_time_per_iteration,
 )
 
 __all__ = [
@@ -162,45 +163,38 @@ def fit_run(
     families = estimator.adapt_families(model.latents())
     target = model.target(families)
     adaptive = config.step_size is None
+    settings = None
     if adaptive:
         settings = AdaptiveSettings(**({"tolerance": config.tolerance} if config.tolerance else {}))
         if config.num_steps is None and config.time_budget is None:
             config = dataclasses.replace(config, num_steps=DEFAULT_MAX_STEPS)
-        candidates = adaptive_candidates(
-            jax.random.key(config.seed), target, estimator, settings, data=model.data
-        )
-        state = candidates[0].state
-    else:
-        optimizer = advi_stepsize(config.step_size)
-        state = init(jax.random.key(config.seed), target, optimizer)
-        _check_target(target, state.params, model.data)
-
+    keep_params = config.elbo_samples is not None and config.elbo_every == 1
+    prepared = fitting.setup(
+        target,
+        estimator,
+        seed=config.seed,
+        data=model.data,
+        step_size=config.step_size,
+        settings=settings,
+        chunk_size=config.window(),
+        max_steps=config.num_steps,
+        time_budget=config.time_budget,
+        keep_params=keep_params,
+        batch_size=config.batch_size,
+        model=model,
+    )
+    run_state = prepared.initial
     trace = TraceRecorder()
-    wall_time = 0.0
-    if mode == "resume" and adaptive:
-        checkpoint_meta = directory.checkpoint_meta()
-        direction = checkpoint_meta.get("direction")
-        chosen = [c for c in candidates if c.label == direction]
-        chosen = chosen[:1]
-        if checkpoint_meta and not chosen:  # refuses a checkpoint of another configuration
-            directory.load_checkpoint(candidates[0].state, identity)
-        if chosen:
-            restored = directory.load_checkpoint(chosen[0].state, identity)
-            if restored is not None:
-                state, trace, meta = restored
-                wall_time = float(meta.get("wall_time", 0.0))
-                candidates = [
-                    chosen[0]._replace(
-                        state=state, step_size=float(meta.get("step_size", chosen[0].step_size))
-                    )
-                ]
-                _say(f"resuming {out} at iteration {int(state.iteration)} ({direction} steps)", quiet)
-    elif mode == "resume":
-        restored = directory.load_checkpoint(state, identity)
+    if mode == "resume":
+        restored = directory.load_checkpoint(prepared.initial, identity)
         if restored is not None:
-            state, trace, meta = restored
-            wall_time = float(meta.get("wall_time", 0.0))
-            _say(f"resuming {out} at iteration {int(state.iteration)} ({wall_time:.1f} s of training)", quiet)
+            run_state, trace, _ = restored
+            run_state = driver.resumable(run_state)
+            _say(
+                f"resuming {out} at iteration {int(run_state.controller.iterations)} "
+                f"({float(run_state.wall_time):.1f} s)",
+                quiet,
+            )
     else:
         directory.clear()
     directory.prepare()
@@ -227,84 +221,48 @@ def fit_run(
             },
         )
 
-    eval_key = jax.random.fold_in(jax.random.key(config.seed), 1_000_003)
-    elbo_fn = None
-    if config.elbo_samples is not None:
-        num = config.elbo_samples
-
-        @jax.jit
-        def elbo_program(iterations, params_per_iteration, data):
-            def one(args):
-                iteration, params = args
-                key = jax.random.fold_in(eval_key, iteration)
-                return evaluation.elbo_estimate(key, params, target, num, data)
-
-            return jax.lax.map(one, (jnp.asarray(iterations, jnp.int32), params_per_iteration))
-
-        def elbo_fn(iterations, params_per_iteration):
-            return elbo_program(iterations, params_per_iteration, model.data)
-
-    chunk_eval_fn = None
-    if dataset.heldout_entries:
-        heldout = jnp.asarray(dataset.test, jnp.float32)
-
-        @jax.jit
-        def perplexity_one(params, iteration, heldout):
-            key = jax.random.fold_in(jax.random.fold_in(eval_key, 7), iteration)
-            latents = evaluation.sample_latents(key, target.families, params)
-            return evaluation.perplexity_from_rates(model.mean_observation(latents), heldout)
-
-        def chunk_eval_fn(current):
-            return {"perplexity": perplexity_one(current.params, current.iteration, heldout)}
-
-    def checkpoint_fn(current, current_trace, current_wall_time):
-        directory.save_checkpoint(current, current_trace, identity, {"wall_time": current_wall_time})
-
-    convergence = None
-    if adaptive:
-
-        def adaptive_checkpoint(current, current_trace, current_wall_time):
-            rho = get_step_size(current.opt_state)
-            label = "natural" if hasattr(current.opt_state, "step_size") else "adam"
-            label = next((c.label for c in candidates if c.label.startswith(label)), label)
-            directory.save_checkpoint(
-                current,
-                current_trace,
-                identity,
-                {"wall_time": wall_time + current_wall_time, "direction": label, "step_size": rho},
+    recorder = RunRecorder(
+        trace,
+        names=tuple(sorted(target.families)),
+        wall_time=float(run_state.wall_time),
+        elbo_fn=_elbo_evaluator(config, target, model.data),
+        elbo_every=config.elbo_every,
+        window_eval_fn=_perplexity_evaluator(config, dataset, model, target),
+    )
+    checkpoints = CheckpointObserver(
+        lambda state, rows: directory.save_checkpoint(state, rows, identity, {}),
+        trace,
+        every=config.checkpoint_every,
+        seconds=config.checkpoint_seconds,
+    )
+    observers = [recorder, checkpoints]
+    if not quiet:
+        observers.append(
+            driver.ProgressObserver(
+                config.num_steps, f"{config.estimator} {dataset.name}", int(run_state.controller.iterations)
             )
-
-        result, convergence = train_adaptive(
-            candidates,
-            target.families,
-            settings,
-            num_steps=None if config.num_steps is None else config.num_steps - int(state.iteration),
-            time_budget=None if config.time_budget is None else max(config.time_budget - wall_time, 1e-3),
-            trace=trace,
-            chunk_eval_fn=chunk_eval_fn,
-            checkpoint_fn=adaptive_checkpoint,
-            checkpoint_seconds=config.checkpoint_seconds,
-            progress=not quiet,
-            description=f"{config.estimator} {dataset.name}",
         )
-        result = result._replace(wall_time=wall_time + result.wall_time)
-    else:
-        result = _train_fixed(
-            state,
-            target,
-            estimator,
-            optimizer,
-            config,
-            trace,
-            wall_time,
-            elbo_fn,
-            chunk_eval_fn,
-            checkpoint_fn,
-            quiet,
-            dataset,
-            model.data,
-        )
-    arrays = result.trace.as_arrays()
+    with SignalCatcher() as signals:
+        observers.append(signals)
+        try:
+            final = driver.run(
+                prepared.window,
+                run_state,
+                prepared.plan,
+                data=model.data,
+                max_steps=config.num_steps,
+                time_budget=config.time_budget,
+                observers=observers,
+            )
+        except NumericalError:
+            checkpoints.write_last()  # the run stalled: keep what it did, then say so
+            raise
+    directory.save_checkpoint(final, trace, identity, {})
+    plan = prepared.plan
+    convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
+    params = controller.answer(final.controller, final.loop, settings=plan.settings)
+    interrupted = convergence.reason == "interrupted"
+    arrays = trace.as_arrays()
     elbo = arrays.get("elbo", np.zeros(0))
     metrics = {
         "estimator": config.estimator,
@@ -312,33 +270,32 @@ def fit_run(
         "dataset": dataset.name,
         "eta": config.step_size,
         "procedure": "default" if adaptive else "eq9",
-        "iterations": int(result.state.iteration),
-        "training_time_s": result.wall_time,
+        "iterations": convergence.num_iterations,
+        "training_time_s": float(final.wall_time),
         "time_per_iteration_s": median_time_per_iteration(arrays),
         "final_elbo": evaluation.best_final_elbo(elbo),
         "last_elbo": float(elbo[~np.isnan(elbo)][-1]) if np.any(~np.isnan(elbo)) else None,
-        "skipped_steps": int(result.state.num_skipped),
+        "skipped_steps": recorder.skipped,
         "finished": False,
-        "interrupted": result.interrupted,
+        "interrupted": interrupted,
     }
-    if convergence is not None:
+    if adaptive:
         metrics["convergence"] = convergence._asdict()
         metrics["eta"] = convergence.step_size
-        metrics["iterations"] = convergence.num_iterations
     if "perplexity" in arrays:
         finite = arrays["perplexity"][np.isfinite(arrays["perplexity"])]
         metrics["perplexity_last"] = float(finite[-1]) if finite.size else math.nan
-    if result.interrupted:
+    if interrupted:
         write_json(directory.file(METRICS_FILE), metrics)
         raise RunInterrupted(
             f"interrupted at iteration {metrics['iterations']}; checkpoint and metrics so far written to "
             f"{out}; continue with the same call and resume=True"
         )
 
-    save_params(directory.file(PARAMS_FILE), result.state.params)
+    save_params(directory.file(PARAMS_FILE), params)
     _say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)
     metrics.update(
-        _evaluate(config, dataset, model, estimator, target.families, result.state.params, directory)
+        _evaluate(config, dataset, model, estimator, target.families, params, directory)
     )
     metrics["finished"] = True
     write_json(directory.file(METRICS_FILE), metrics)
@@ -348,42 +305,41 @@ def fit_run(
     return metrics
 
 
-def _train_fixed(
-    state,
-    target,
-    estimator,
-    optimizer,
-    config,
-    trace,
-    wall_time,
-    elbo_fn,
-    chunk_eval_fn,
-    checkpoint_fn,
-    quiet,
-    dataset,
-    data,
-):
-    """The paper's schedule (Eq. 9 with ``config.step_size``) for ``config``'s caps."""
-    return train(
-        state,
-        target,
-        estimator,
-        optimizer,
-        num_steps=config.num_steps,
-        time_budget=config.time_budget,
-        chunk_size=config.chunk_size,
-        trace=trace,
-        wall_time=wall_time,
-        elbo_fn=elbo_fn,
-        elbo_every=config.elbo_every,
-        chunk_eval_fn=chunk_eval_fn,
-        checkpoint_fn=checkpoint_fn,
-        checkpoint_every=config.checkpoint_every,
-        checkpoint_seconds=config.checkpoint_seconds,
-        progress=not quiet,
-        description=f"{config.estimator} {dataset.name}",
-        data=data,
-    )
+def _elbo_evaluator(config: RunConfig, target, data):
+    """``(iterations, params per iteration) -> ELBOs`` of ``config.elbo_samples`` draws (the
+    evaluation-only ELBO of ``--elbo-samples``), or None."""
+    if config.elbo_samples is None:
+        return None
+    num = config.elbo_samples
+    eval_key = jax.random.fold_in(jax.random.key(config.seed), 1_000_003)
+
+    @jax.jit
+    def elbo_program(iterations, params_per_iteration, data):
+        def one(args):
+            iteration, params = args
+            key = jax.random.fold_in(eval_key, iteration)
+            return evaluation.elbo_estimate(key, params, target, num, data)
+
+        return jax.lax.map(one, (jnp.asarray(iterations, jnp.int32), params_per_iteration))
+
+    return lambda iterations, params: elbo_program(iterations, params, data)
+
+
+def _perplexity_evaluator(config: RunConfig, dataset, model, target):
+    """``(loop state) -> {"perplexity": value}`` after each window, for data sets with held-out
+    entries (NIPS), or None."""
+    if not dataset.heldout_entries:
+        return None
+    eval_key = jax.random.fold_in(jax.random.key(config.seed), 1_000_003)
+    heldout = jnp.asarray(dataset.test, jnp.float32)
+
+    @jax.jit
+    def perplexity_one(params, iteration, heldout):
+        key = jax.random.fold_in(jax.random.fold_in(eval_key, 7), iteration)
+        latents = evaluation.sample_latents(key, target.families, params)
+        return evaluation.perplexity_from_rates(model.mean_observation(latents), heldout)
+
+    return lambda state, iteration: {"perplexity": perplexity_one(state.params, iteration, heldout)}
 
 
 def _refit_estimator(config):

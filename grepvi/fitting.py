@@ -140,6 +140,7 @@ def setup(
     estimator: Estimator,
     *,
     seed: int = 0,
+    rng_key=None,
     data=None,
     init_params: dict | None = None,
     step_size: float | None = None,
@@ -161,7 +162,7 @@ def setup(
     if chunk_size is not None:
         settings = settings._replace(window=int(chunk_size))
     settings = settings.validated()
-    key = jax.random.key(seed)
+    key = jax.random.key(seed) if rng_key is None else rng_key
     if fixed:
         optimizer = _resolve_optimizer(optimizer, step_size)
         candidates, stepper = (), estimator
@@ -382,8 +383,7 @@ def fit(
     )
     start = prepared.initial
     if resume is not None:
-        start = driver.from_storage(prepared.initial, driver.to_storage(resume), "resume")
-        start = start._replace(controller=start.controller._replace(reason=np.asarray(0, np.int64)))
+        start = driver.resumable(driver.from_storage(prepared.initial, driver.to_storage(resume), "resume"))
     names = tuple(sorted(target.families))
     trace = driver.TraceObserver(names, float(start.wall_time))
     observers = [trace]

@@ -65,6 +65,8 @@ def natural_direction(families: dict[str, Family], params: dict, grad: dict, sec
     """``(F^{-1} g, g^T F^{-1} g)`` for every latent (the second per batch element)."""
     directions, lengths = {}, {}
     for name, family in families.items():
+        if name not in grad:  # a subset of the latents (minibatch VI: globals and locals apart)
+            continue
         if family.has_fisher:
             directions[name], lengths[name] = family.fisher_solve(params[name], grad[name])
         else:
@@ -152,7 +154,9 @@ def natural_gradient(
             step_size=jnp.asarray(step_size, jnp.float32),
             max_kl=jnp.asarray(max_kl, jnp.float32),
             count=jnp.zeros([], jnp.int32),
-            second_moment={name: jax.tree_util.tree_map(jnp.zeros_like, params[name]) for name in empirical},
+            second_moment={
+                name: jax.tree_util.tree_map(jnp.zeros_like, params[name]) for name in empirical if name in params
+            },
         )
 
     def update_fn(updates, state, params=None):
@@ -165,11 +169,14 @@ def natural_gradient(
                 lambda g, s: jnp.where(first, g**2, s), grad[name], state.second_moment[name]
             )
             for name in empirical
+            if name in grad
         }
         directions, lengths = natural_direction(families, params, grad, moments)
         rho = state.step_size
         new_updates = {}
         for name, family in families.items():
+            if name not in grad:
+                continue
             length = jnp.maximum(lengths[name], 0.0)
             kl = 0.5 * rho**2 * length
             shrink = jnp.where(kl > state.max_kl, jnp.sqrt(state.max_kl / jnp.maximum(kl, 1e-30)), 1.0)
@@ -185,6 +192,7 @@ def natural_gradient(
                 moments[name],
             )
             for name in empirical
+            if name in grad
         }
         return new_updates, NaturalGradientState(rho, state.max_kl, state.count + 1, new_moments)
 

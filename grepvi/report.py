@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from grepvi.errors import ConfigError
-from grepvi.runs import (
+from grepvi.run_files import (
     CONFIG_FILE,
     FIGURES_DIR,
     METRICS_FILE,

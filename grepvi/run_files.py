@@ -28,7 +28,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError
-from grepvi.inference import VIState
 
 __all__ = [
     "RunDirectory",
@@ -164,34 +163,19 @@ def _git_commit() -> str | None:
 # --- state <-> arrays ---------------------------------------------------------------------------
 
 
-def _state_for_storage(state: VIState) -> VIState:
-    return state._replace(rng_key=jax.random.key_data(state.rng_key))
+def flatten_state(state) -> list[np.ndarray]:
+    """The leaves of a run's state as NumPy arrays (random keys as their raw key data)."""
+    from grepvi.driver import to_storage
+
+    return to_storage(state)
 
 
-def flatten_state(state: VIState) -> list[np.ndarray]:
-    """The leaves of ``state`` as NumPy arrays (the random key as its raw key data)."""
-    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(_state_for_storage(state))]
-
-
-def unflatten_state(template: VIState, leaves: list[np.ndarray], source: str) -> VIState:
+def unflatten_state(template, leaves: list[np.ndarray], source: str):
     """``leaves`` put back into the structure of ``template`` (a freshly initialized state of the
     same configuration); a :class:`ConfigError` when they do not fit."""
-    stored = _state_for_storage(template)
-    template_leaves, treedef = jax.tree_util.tree_flatten(stored)
-    if len(template_leaves) != len(leaves):
-        raise ConfigError(
-            f"{source}: the checkpoint holds {len(leaves)} arrays, this configuration needs "
-            f"{len(template_leaves)}; it was written by a different model or estimator"
-        )
-    for index, (mine, theirs) in enumerate(zip(template_leaves, leaves, strict=True)):
-        if tuple(np.shape(mine)) != tuple(theirs.shape) or np.asarray(mine).dtype != theirs.dtype:
-            raise ConfigError(
-                f"{source}: checkpoint array {index} has shape {theirs.shape} ({theirs.dtype}), this "
-                f"configuration needs {tuple(np.shape(mine))} ({np.asarray(mine).dtype}); it was written "
-                "by a different configuration"
-            )
-    restored = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in leaves])
-    return restored._replace(rng_key=jax.random.wrap_key_data(restored.rng_key))
+    from grepvi.driver import from_storage
+
+    return from_storage(template, leaves, source)
 
 
 def _path_name(path) -> str:
@@ -389,7 +373,7 @@ class RunDirectory:
         self.figures.mkdir(exist_ok=True)
 
     # checkpoints
-    def save_checkpoint(self, state: VIState, trace: TraceRecorder, identity: dict, extra: dict) -> None:
+    def save_checkpoint(self, state, trace: TraceRecorder, identity: dict, extra: dict) -> None:
         arrays = {f"state_{i:04d}": leaf for i, leaf in enumerate(flatten_state(state))}
         for name, values in trace.as_arrays().items():
             arrays[f"trace__{name}"] = values
@@ -411,7 +395,7 @@ class RunDirectory:
         except (OSError, ValueError, KeyError):
             return {}
 
-    def load_checkpoint(self, template: VIState, identity: dict):
+    def load_checkpoint(self, template, identity: dict):
         """``(state, trace, meta)`` from the checkpoint, or None when there is none."""
         path = self.file(CHECKPOINT_FILE)
         if not path.exists():

@@ -382,3 +382,62 @@ def test_heldout_figure_puts_ours_beside_the_paper(tmp_path):
     # a diverged run (far below ten times the paper's worst) is drawn at the edge, not rescaling
     diverged = heldout_figure([record("omniglot", "advi", -9.6e6, 600.0)], tmp_path / "off.png")
     assert _png_ok(diverged)
+
+
+# --- the default procedure: killed in the trial, the approach or the averaging, resumed ------------
+
+DEFAULT = ["--num-steps", "2400", "--refit-steps", "0", "--checkpoint-every", "100"]
+
+
+def _default_command(out, *extra):
+    return [sys.executable, "-m", "grepvi.cli", "fit", *TINY, "--estimator", "advi", *DEFAULT, "--out", str(out), *extra]
+
+
+def _checkpoint_phase(out) -> str | None:
+    try:
+        with np.load(out / "checkpoint.npz") as data:
+            return ("trial", "approach", "average", "fixed")[int(data["trace__phase"][-1])]
+    except (OSError, KeyError, ValueError, EOFError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_default(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight-default") / "run"
+    assert cli.main(_default_command(out)[3:]) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "phase", ["trial", pytest.param("approach", marks=pytest.mark.slow), pytest.param("average", marks=pytest.mark.slow)]
+)
+def test_the_default_procedure_killed_in_each_phase_resumes_bitwise(uninterrupted_default, tmp_path, phase):
+    """SIGKILL once the last checkpoint is in ``phase``; ``--resume`` ends with the parameters,
+    ELBO trace and iteration count of the uninterrupted run, the trace's iterations and wall
+    time continuous."""
+    out = tmp_path / phase
+    env = dict(os.environ, GREPVI_COMPILATION_CACHE=CACHE, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(_default_command(out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while _checkpoint_phase(out) != phase:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"no checkpoint in phase {phase} (last: {_checkpoint_phase(out)})")
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert not (out / "metrics.json").exists(), "the kill came after the run finished"
+    assert cli.main(_default_command(out, "--resume")[3:]) == 0
+    _assert_same_params(_params(out), _params(uninterrupted_default))
+    straight = json.loads((uninterrupted_default / "metrics.json").read_text())
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert resumed["iterations"] == straight["iterations"]
+    assert resumed["convergence"] == straight["convergence"]
+    with open(out / "trace.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    with open(uninterrupted_default / "trace.csv", newline="") as file:
+        expected = list(csv.DictReader(file))
+    assert [int(r["iteration"]) for r in rows] == list(range(1, len(expected) + 1))
+    assert [r["elbo"] for r in rows] == [r["elbo"] for r in expected]
+    wall = np.array([float(r["wall_time"]) for r in rows])
+    assert np.all(np.diff(wall) >= 0)

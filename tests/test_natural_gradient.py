@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import grepvi
-from grepvi import adaptive
+from grepvi import controller as adaptive
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal, SimplexNormal
 from grepvi.natural_gradient import fisher_mean_quad, natural_gradient
 
@@ -162,91 +162,3 @@ def test_doctests_of_fit_and_step_sizes():
     for module in (grepvi.fitting, grepvi.optim):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module
-
-
-def _fake_candidates(seconds_per_step, clock, elbo_by_label):
-    """Candidates whose windows "take" ``seconds_per_step`` per active step on ``clock`` (a list
-    holding the fake time) and report a constant ELBO."""
-
-    def make(label):
-        def window_fn(state, active):
-            clock[0] += seconds_per_step * active
-            out = {"elbo": np.full(active, elbo_by_label[label]), "finite": np.ones(active, bool)}
-            return state + active, None, out
-
-        window_fn.length = 100
-        return adaptive.Candidate(label, 0, window_fn, 0.1)
-
-    return [make(label) for label in elbo_by_label]
-
-
-def test_the_trial_fits_its_share_of_the_time_budget():
-    """Four candidates, 3 windows of 100 steps each, 0.1 s per step: 120 s of trial. With a
-    limit every candidate runs the same number of steps, as many as fit (a probe of one step
-    times the step), and the best is still chosen; without a limit, or with room, all 300."""
-    elbos = {"natural": -10.0, "adam-0.1": -5.0, "adam-1": -7.0, "adam-0.01": -9.0}
-    for limit, expected_steps in ((50.0, 125), (None, 300), (200.0, 300), (95.0, 237)):
-        clock = [0.0]
-        best, scores, runs, _ = adaptive.run_trial(
-            _fake_candidates(0.1, clock, elbos), 3, time_limit=limit, clock=lambda c=clock: c[0]
-        )
-        steps = [state for state, _ in runs]
-        assert len(set(steps)) == 1 and abs(steps[0] - expected_steps) <= 1, (limit, steps)
-        assert best == 1 and scores["adam-0.1"] == -5.0
-        if limit is not None:
-            assert clock[0] <= limit + 1e-6  # steps, not windows: nothing over
-
-
-def test_a_trial_with_too_few_steps_keeps_the_fallback_rule():
-    """Where fewer than MIN_TRIAL_STEPS steps per candidate fit (a BBVI step of seconds), the
-    trial stops after its probe and keeps Adam 0.1, even where the first candidate would
-    score higher: after a step or two the ELBOs say nothing."""
-    elbos = {"natural": -1.0, "adam-0.1": -5.0, "adam-1": -7.0, "adam-0.01": -9.0}
-    clock = [0.0]
-    best, scores, runs, per_step = adaptive.run_trial(
-        _fake_candidates(0.1, clock, elbos), 3, time_limit=4.0, clock=lambda c=clock: c[0]
-    )
-    assert best == 1 and scores == {} and math.isclose(per_step, 0.1)
-    assert [state for state, _ in runs] == [1, 0, 0, 0]  # only the probe ran
-    assert clock[0] <= 4.0
-
-
-def test_a_window_runs_exactly_its_active_steps():
-    """``make_window(..., length)(state, k)`` applies k steps (the same state as k steps of
-    the full window's first k), reports k ELBOs and the mean of those k iterates."""
-    from grepvi.estimators import get_estimator
-    from grepvi.inference import init, make_target
-    from grepvi.loop import make_window
-    from grepvi.testing import gamma_poisson
-
-    model = gamma_poisson()
-    target = make_target(model.logdensity_fn, model.families)
-    optimizer = optax.adam(0.05)
-    state = init(jax.random.key(0), target, optimizer)
-    window = make_window(target, get_estimator("grep"), optimizer, 10)
-    short, short_mean, short_out = window(state, 3)
-    one, _, _ = window(state, 1)
-    two, _, _ = window(one, 1)
-    three, _, _ = window(two, 1)
-    assert int(short_out["active"]) == 3
-    assert np.all(np.asarray(short_out["elbo"])[3:] == 0.0) and np.all(np.isfinite(short_out["elbo"][:3]))
-    for name in state.params:
-        for key in state.params[name]:
-            np.testing.assert_allclose(short.params[name][key], three.params[name][key], rtol=1e-6)
-            assert not np.allclose(short.params[name][key], state.params[name][key])
-    full, _, full_out = window(state)
-    np.testing.assert_allclose(full_out["elbo"][:3], short_out["elbo"][:3], rtol=1e-6)
-
-
-def test_a_budget_shorter_than_compilation_still_takes_a_step():
-    """A time budget spent before the first step (compilation alone takes longer) ends the
-    run after one step of the fallback rule, not with no iterations."""
-    from grepvi.errors import NotConvergedWarning
-    from grepvi.testing import gamma_poisson
-
-    model = gamma_poisson()
-    with pytest.warns(NotConvergedWarning):
-        result = grepvi.fit(model.logdensity_fn, model.families, time_budget=1e-3, progress=False)
-    assert result.convergence.num_iterations == 1 and result.convergence.reason == "time_budget"
-    assert result.convergence.direction == "adam-0.1" and len(result.trace.elbo) == 1
-    assert all(np.all(np.isfinite(v)) for p in result.params.values() for v in p.values())

@@ -19,28 +19,28 @@ from grepvi.optim import advi_stepsize
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "file.bin"
-    runs.atomic_write_bytes(path, b"old")
-    runs.atomic_write_bytes(path, b"new content")
+    run_files.atomic_write_bytes(path, b"old")
+    run_files.atomic_write_bytes(path, b"new content")
     assert path.read_bytes() == b"new content"
     assert sorted(os.listdir(tmp_path)) == ["file.bin"]
 
 
 def test_atomic_write_failure_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.npz"
-    runs.atomic_write_bytes(path, b"old")
+    run_files.atomic_write_bytes(path, b"old")
 
     def broken_replace(src, dst):
         raise OSError("disk full")
 
     monkeypatch.setattr(run_files.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        runs.atomic_write_bytes(path, b"new")
+        run_files.atomic_write_bytes(path, b"new")
     assert path.read_bytes() == b"old"
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.npz"]
 
 
 def test_trace_csv_round_trip_with_sparse_columns(tmp_path):
-    trace = runs.TraceRecorder()
+    trace = run_files.TraceRecorder()
     trace.add(
         {"iteration": np.array([1, 2]), "wall_time": np.array([0.1, 0.2]), "elbo": np.array([-5.0, -4.0])}
     )
@@ -50,7 +50,7 @@ def test_trace_csv_round_trip_with_sparse_columns(tmp_path):
     assert text.splitlines()[0] == "iteration,wall_time,elbo,perplexity"
     assert text.splitlines()[1] == "1,0.1,-5.0,"
     (tmp_path / "trace.csv").write_text(text)
-    back = runs.read_trace(tmp_path / "trace.csv")
+    back = run_files.read_trace(tmp_path / "trace.csv")
     np.testing.assert_array_equal(back["iteration"], [1, 2, 3])
     np.testing.assert_array_equal(back["elbo"], [-5.0, -4.0, -3.5])
     assert np.isnan(back["perplexity"][:2]).all() and back["perplexity"][2] == 123.5
@@ -74,8 +74,8 @@ def test_state_round_trip_and_mismatch(tmp_path):
     target = _toy()
     optimizer = advi_stepsize(0.5)
     state = init(jax.random.key(3), target, optimizer)
-    leaves = runs.flatten_state(state)
-    back = runs.unflatten_state(state, leaves, "test")
+    leaves = run_files.flatten_state(state)
+    back = run_files.unflatten_state(state, leaves, "test")
     np.testing.assert_array_equal(jax.random.key_data(back.rng_key), jax.random.key_data(state.rng_key))
     for a, b in zip(
         jax.tree_util.tree_leaves(back.params), jax.tree_util.tree_leaves(state.params), strict=True
@@ -83,9 +83,9 @@ def test_state_round_trip_and_mismatch(tmp_path):
         np.testing.assert_array_equal(a, b)
     other = init(jax.random.key(3), Target(target.logdensity_fn, {"rate": Gamma(shape=(3,))}), optimizer)
     with pytest.raises(ConfigError, match="different configuration"):
-        runs.unflatten_state(other, leaves, "test")
+        run_files.unflatten_state(other, leaves, "test")
     with pytest.raises(ConfigError, match="holds 1 arrays"):
-        runs.unflatten_state(state, leaves[:1], "test")
+        run_files.unflatten_state(state, leaves[:1], "test")
 
 
 def _advi():
@@ -95,74 +95,13 @@ def _advi():
     return target._replace(families=estimator.adapt_families(target.families)), estimator
 
 
-def test_chunked_training_does_not_depend_on_where_it_stopped(tmp_path):
-    """40 steps straight through == 20 steps, checkpoint to disk, restore, 20 more (bitwise)."""
-    target, estimator = _advi()
-    optimizer = advi_stepsize(0.5)
-    start = init(jax.random.key(0), target, optimizer)
-    common = dict(time_budget=None, chunk_size=10, progress=False)
-    straight = runs.train(
-        start, target, estimator, optimizer, num_steps=40, trace=runs.TraceRecorder(), **common
-    )
-    assert straight.finished and int(straight.state.iteration) == 40
-
-    directory = runs.RunDirectory(tmp_path)
-    directory.prepare()
-    first = runs.train(
-        start, target, estimator, optimizer, num_steps=20, trace=runs.TraceRecorder(), **common
-    )
-    directory.save_checkpoint(first.state, first.trace, {"k": 1}, {"wall_time": first.wall_time})
-    state, trace, meta = directory.load_checkpoint(start, {"k": 1})
-    assert meta["wall_time"] == pytest.approx(first.wall_time)
-    second = runs.train(state, target, estimator, optimizer, num_steps=40, trace=trace, **common)
-    for a, b in zip(
-        jax.tree_util.tree_leaves(second.state.params),
-        jax.tree_util.tree_leaves(straight.state.params),
-        strict=True,
-    ):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    np.testing.assert_array_equal(second.trace.as_arrays()["elbo"], straight.trace.as_arrays()["elbo"])
-    np.testing.assert_array_equal(second.trace.as_arrays()["iteration"], np.arange(1, 41))
-    with pytest.raises(ConfigError, match="another configuration"):
-        directory.load_checkpoint(start, {"k": 2})
-
-
-def test_time_budget_stops_at_a_chunk_boundary():
-    target, estimator = _advi()
-    optimizer = advi_stepsize(0.5)
-    state = init(jax.random.key(0), target, optimizer)
-    result = runs.train(
-        state,
-        target,
-        estimator,
-        optimizer,
-        num_steps=None,
-        time_budget=1e-6,
-        chunk_size=10,
-        trace=runs.TraceRecorder(),
-        progress=False,
-    )
-    assert int(result.state.iteration) == 10 and result.finished
-    with pytest.raises(ConfigError, match="num_steps"):
-        runs.train(
-            state,
-            target,
-            None,
-            optimizer,
-            num_steps=None,
-            time_budget=None,
-            chunk_size=10,
-            trace=runs.TraceRecorder(),
-        )
-
-
 def test_run_directory_rules(tmp_path):
-    directory = runs.RunDirectory(tmp_path / "run")
+    directory = run_files.RunDirectory(tmp_path / "run")
     assert directory.check({"a": 1}, resume=False, overwrite=False) == "fresh"
     with pytest.raises(ConfigError, match="holds no run to resume"):
         directory.check({"a": 1}, resume=True, overwrite=False)
     directory.prepare()
-    runs.write_json(directory.file("config.json"), {"identity": {"a": 1}})
+    run_files.write_json(directory.file("config.json"), {"identity": {"a": 1}})
     with pytest.raises(ConfigError, match="already holds a run with this configuration; pass resume=True"):
         directory.check({"a": 1}, resume=False, overwrite=False)
     with pytest.raises(ConfigError, match="already holds a different run.*a: 1 there, 2 now"):
@@ -177,7 +116,7 @@ def test_run_directory_rules(tmp_path):
     file = tmp_path / "plain"
     file.write_text("x")
     with pytest.raises(ConfigError, match="expected a folder"):
-        runs.RunDirectory(file).check({}, resume=False, overwrite=False)
+        run_files.RunDirectory(file).check({}, resume=False, overwrite=False)
 
 
 def test_save_and_load_params(tmp_path):
@@ -185,42 +124,15 @@ def test_save_and_load_params(tmp_path):
         "W0": {"mean": jnp.arange(3.0), "concentration": jnp.ones(3)},
         "z1": {"mean": jnp.zeros((2, 2))},
     }
-    runs.save_params(tmp_path / "params.npz", params)
-    back = runs.load_params(tmp_path / "params.npz")
+    run_files.save_params(tmp_path / "params.npz", params)
+    back = run_files.load_params(tmp_path / "params.npz")
     assert sorted(back) == ["W0/concentration", "W0/mean", "z1/mean"]
     np.testing.assert_array_equal(back["W0/mean"], [0.0, 1.0, 2.0])
 
 
 def test_environment_versions_are_json():
-    versions = runs.environment_versions()
+    versions = run_files.environment_versions()
     assert {"python", "jax", "jaxlib", "grepvi"} <= set(versions)
     json.dumps(versions)
 
 
-def test_the_command_line_loop_stops_a_run_stalled_across_chunks(tmp_path):
-    """The stall guard counts skipped steps across chunks (chunks of 10, guard at 50): a run whose
-    every gradient is non-finite stops with NumericalError, after writing a checkpoint."""
-    from grepvi.errors import NonFiniteStepWarning, NumericalError
-
-    def nan_gradient(z):
-        rate = z["rate"]
-        return jnp.sum(jnp.sqrt(rate - rate - 1.0))  # NaN for every draw
-
-    target = Target(nan_gradient, {"rate": Gamma(shape=(2,))})
-    optimizer = advi_stepsize(0.1)
-    state = init(jax.random.key(0), target, optimizer)
-    checkpoints = []
-    with pytest.warns(NonFiniteStepWarning), pytest.raises(NumericalError, match="in a row"):
-        runs.train(
-            state,
-            target,
-            get_estimator("grep"),
-            optimizer,
-            num_steps=200,
-            time_budget=None,
-            chunk_size=10,
-            trace=runs.TraceRecorder(),
-            checkpoint_fn=lambda *args: checkpoints.append(int(args[0].iteration)),
-            progress=False,
-        )
-    assert checkpoints and checkpoints[-1] == 50
