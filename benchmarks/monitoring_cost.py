@@ -13,11 +13,11 @@ import time
 import jax
 import numpy as np
 import optax
+from grepvi.adaptive import AdaptiveSettings, Candidate, run_adaptive
+from grepvi.loop import make_window
 
 from grepvi import experiments
-from grepvi.adaptive import AdaptiveSettings, Candidate, run_adaptive
 from grepvi.inference import init, step
-from grepvi.loop import make_window
 
 
 def main(argv=None):

@@ -202,6 +202,11 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         help="minibatch VI: B rows of the data per step, both procedures (default: all rows)",
     )
     group.add_argument(
+        "--data-parallel",
+        action="store_true",
+        help="split the data's rows and the local latents over every device (one device: no change)",
+    )
+    group.add_argument(
         "--checkpoint-every", type=_integer, default=0, metavar="N", help="checkpoint every N iterations"
     )
     group.add_argument(
@@ -296,6 +301,7 @@ def _config(args, estimator: str):
         refit_estimator=args.refit_estimator,
         chunk_size=args.chunk_size,
         batch_size=args.batch_size,
+        parallel=args.data_parallel,
         elbo_every=args.elbo_every,
         synthetic_size=args.synthetic_size,
         checkpoint_every=args.checkpoint_every,

@@ -26,7 +26,7 @@ DEFAULT_ETA_BY_ESTIMATOR = {"advi": 0.1}
 # Hyperparameter options of the registered models (a run's identity keeps its model's only).
 _MODEL_OPTIONS = {"layer_sizes", "num_factors"}
 # Options that do not change the result (left out of a run's identity).
-_NOT_IDENTITY = ("data_dir", "checkpoint_every", "checkpoint_seconds")
+_NOT_IDENTITY = ("data_dir", "checkpoint_every", "checkpoint_seconds", "parallel")
 
 
 @dataclasses.dataclass
@@ -54,6 +54,7 @@ class RunConfig:
       chunk_size: iterations per compiled window, in both procedures (also: how often the
         perplexity is computed); None: 10 for a fixed schedule, 100 for the default procedure.
       batch_size: minibatch VI with this many rows of the data per step (None: all rows).
+      parallel: data-parallel VI over every device (rows split over a device mesh).
       elbo_every: with ``elbo_samples``, evaluate that ELBO every iteration (1, the paper) or
         once per ``elbo_every`` iterations (a multiple of ``chunk_size``; 20 draws of the log
         joint cost ADVI several times its own step).
@@ -80,6 +81,7 @@ class RunConfig:
     refit_estimator: str | None = None
     chunk_size: int | None = None
     batch_size: int | None = None
+    parallel: bool = False
     elbo_every: int = 1
     compute_variance: bool = False
     tolerance: float | None = None
@@ -142,6 +144,8 @@ class RunConfig:
                 raise ConfigError("chunk_size: the default procedure needs windows of at least 2 iterations")
         if config.batch_size is not None:
             config.batch_size = _positive_int(config.batch_size, "batch_size")
+            if config.parallel:
+                raise ConfigError("parallel: minibatch VI (batch_size) runs on one device; give one of them")
         config.elbo_every = _positive_int(config.elbo_every, "elbo_every")
         if config.elbo_every != 1 and config.elbo_every % config.window():
             raise ConfigError(

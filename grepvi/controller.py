@@ -111,7 +111,12 @@ class AdaptiveSettings(NamedTuple):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
         for name in ("window", "min_batches", "max_batches", "trial_windows"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < 2:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or int(value) != value
+                or value < 2
+            ):
                 raise ConfigError(f"{name} must be an integer of at least 2, got {value!r}")
         return self
 
@@ -303,7 +308,9 @@ def summarize(summary: WindowSummary) -> _Window:
     if not good.size:
         return _Window(-math.inf, math.inf, -math.inf, 0, elbo.size)
     median = float(np.median(good))
-    se = float(1.4826 * np.median(np.abs(good - median)) / math.sqrt(good.size)) if good.size > 1 else math.inf
+    se = (
+        float(1.4826 * np.median(np.abs(good - median)) / math.sqrt(good.size)) if good.size > 1 else math.inf
+    )
     return _Window(median, se, float(np.mean(good)), int(good.size), int(elbo.size))
 
 
@@ -559,8 +566,11 @@ def convergence(
     reason = REASONS[int(state.reason)] or "interrupted"
     iterations = int(state.iterations)
     if int(state.phase) == FIXED:
-        return Convergence(converged=False, reason="fixed_schedule" if reason != "interrupted" else reason,
-                           num_iterations=iterations)
+        return Convergence(
+            converged=False,
+            reason="fixed_schedule" if reason != "interrupted" else reason,
+            num_iterations=iterations,
+        )
     rho = float(state.step_size)
     window = settings.window if settings else 1
     batch = _batch_windows_needed(rho, window) * window
@@ -572,7 +582,9 @@ def convergence(
         averaged = int(state.batches) * batch
         accuracy = distance(state.mean, _standard_error(state)) if int(state.batches) > 1 else math.nan
     labels = [c.label for c in candidates]
-    scores = {label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)}
+    scores = {
+        label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)
+    }
     kept = labels[int(state.candidate)] if labels else ""
     nan_safe = lambda x: math.nan if math.isnan(x) else float(x)  # one nan: equal records compare equal
     return Convergence(

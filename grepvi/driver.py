@@ -36,7 +36,7 @@ import numpy as np
 
 from grepvi import controller
 from grepvi.controller import ControllerState, WindowSummary
-from grepvi.errors import ConfigError
+from grepvi.errors import ConfigError, NumericalError
 
 __all__ = [
     "RunState",
@@ -97,6 +97,7 @@ class Plan(NamedTuple):
     window: int
     latent_names: tuple = ()
     fallback: int = 0
+    place: Callable | None = None  # lays a loop state out over a device mesh (data parallel)
 
 
 def make_window(step_fn: Callable, length: int, keep_params: bool = False):
@@ -194,6 +195,8 @@ def run(
         raise ConfigError("give max_steps or time_budget (or an observer that stops the run)")
     start = clock() - float(run_state.wall_time)
     loop, state = run_state.loop, run_state.controller
+    place = plan.place or (lambda tree: tree)
+    loop = place(loop)
     window.compile(loop, data)
     window(loop, data, 0)  # the first call's own costs (allocation, dispatch) off the probe
     per_step = None
@@ -222,19 +225,41 @@ def run(
         first = int(state.iterations)
         label = _label(plan, state)
         phase_ran, rho_ran = int(state.phase), float(state.step_size)
-        state, next_loop = controller.update(
-            state,
-            summary,
-            new_loop,
-            settings=plan.settings,
-            candidates=plan.candidates,
-            initial_state=plan.initial_state,
-            select=plan.select,
-            distance=plan.distance,
-            latent_names=plan.latent_names,
-        )
+        try:
+            state, next_loop = controller.update(
+                state,
+                summary,
+                new_loop,
+                settings=plan.settings,
+                candidates=plan.candidates,
+                initial_state=plan.initial_state,
+                select=plan.select,
+                distance=plan.distance,
+                latent_names=plan.latent_names,
+            )
+        except NumericalError:  # the run stalled: observers see the window that said so
+            wall = clock() - start
+            stalled = RunState(loop, state, np.float64(wall))
+            event = WindowEvent(
+                first,
+                outputs,
+                stalled,
+                loop,
+                wall,
+                seconds,
+                controller.PHASES[phase_ran],
+                rho_ran,
+                float(state.accuracy),
+                label,
+            )
+            for observer in observers:
+                if not isinstance(observer, StallAware):
+                    observer.on_window(event)
+            raise
         if probing:
-            state, next_loop = _size_trial(state, next_loop, plan, time_budget, max_steps, clock() - start, per_step)
+            state, next_loop = _size_trial(
+                state, next_loop, plan, time_budget, max_steps, clock() - start, per_step
+            )
         wall = clock() - start
         event = WindowEvent(
             first_iteration=first,
@@ -251,12 +276,17 @@ def run(
         for observer in observers:
             observer.on_window(event)
         start += (clock() - start) - wall  # what observers did is not the run's time
-        loop = next_loop
+        loop = place(next_loop) if next_loop is not new_loop else next_loop
     final = RunState(loop, state, np.float64(clock() - start))
     for observer in observers:
         if hasattr(observer, "on_end"):
             observer.on_end(final)
     return final
+
+
+class StallAware:
+    """An observer that must not see the window of a stalled run (checkpoints: the stalled
+    run's last good state is written by the caller)."""
 
 
 def _label(plan: Plan, state: ControllerState) -> str:
@@ -317,7 +347,8 @@ def trial_steps(settings, window: int, num_candidates: int, max_steps: int | Non
 
 class TraceObserver:
     """Collects the trace: per-iteration ELBO, wall time (interpolated within a window),
-    skipped steps, step size, phase and the estimator's scalar extras; counts skipped steps
+    skipped steps, step size, phase (0 trial, 1 approach, 2 average, 3 fixed), the first
+    iteration of the step's window, and the estimator's scalar extras; counts skipped steps
     and the latents that caused them."""
 
     def __init__(self, latent_names: Sequence[str] = (), initial_wall_time: float = 0.0):
@@ -333,12 +364,15 @@ class TraceObserver:
         wall = self.last_wall + (event.wall_time - self.last_wall) * np.arange(1, n + 1) / max(n, 1)
         self.last_wall = event.wall_time
         rows = {
-            "iteration": np.arange(event.first_iteration + 1, event.first_iteration + n + 1, dtype=np.float64),
+            "iteration": np.arange(
+                event.first_iteration + 1, event.first_iteration + n + 1, dtype=np.float64
+            ),
             "wall_time": wall,
             "elbo": np.asarray(out["elbo"], np.float64),
             "skipped": 1.0 - np.asarray(out["finite"], np.float64),
             "step_size": np.full(n, event.step_size),
             "phase": np.full(n, float(controller.PHASES.index(event.phase))),
+            "window_start": np.full(n, float(event.first_iteration + 1)),
         }
         for key, value in out.get("extras", {}).items():
             rows[key] = np.asarray(value, np.float64)

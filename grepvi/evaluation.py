@@ -34,6 +34,7 @@ from grepvi.controller import AdaptiveSettings
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means, total_entropy
 from grepvi.families.base import Family
+from grepvi.inference import initial_params
 
 __all__ = [
     "HeldoutLoglik",
@@ -222,9 +223,7 @@ def refit_local(
     target = target._replace(log_space=bool(log_space))
     drawing = drawing_globals(estimator, global_families)
     if num_steps == 0:
-        keys = jax.random.split(jax.random.split(rng_key)[0], len(names))
-        params = {name: local_families[name].init_params(key) for key, name in zip(keys, names, strict=True)}
-        return params, np.zeros(0)
+        return initial_params(jax.random.split(rng_key)[0], local_families), np.zeros(0)
     fixed = step_size is not None or optimizer is not None
     prepared = fitting.setup(
         _at_global_means(target, global_families),
@@ -239,7 +238,12 @@ def refit_local(
     )
     trace = driver.TraceObserver()
     final = driver.run(
-        prepared.window, prepared.initial, prepared.plan, data=refit_data, max_steps=num_steps, observers=[trace]
+        prepared.window,
+        prepared.initial,
+        prepared.plan,
+        data=refit_data,
+        max_steps=num_steps,
+        observers=[trace],
     )
     params = controller.answer(final.controller, final.loop, settings=prepared.plan.settings)
     return params, trace.arrays().get("elbo", np.zeros(0))

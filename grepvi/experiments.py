@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi import controller, driver, evaluation, fitting
-from grepvi.controller import AdaptiveSettings
 from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
+from grepvi.controller import AdaptiveSettings
 from grepvi.errors import DataError, NumericalError
 from grepvi.estimators.base import get_estimator
 from grepvi.fitting import DEFAULT_MAX_STEPS
@@ -182,6 +182,7 @@ def fit_run(
         keep_params=keep_params,
         batch_size=config.batch_size,
         model=model,
+        parallel=config.parallel,
     )
     run_state = prepared.initial
     trace = TraceRecorder()
@@ -249,7 +250,7 @@ def fit_run(
                 prepared.window,
                 run_state,
                 prepared.plan,
-                data=model.data,
+                data=prepared.data,
                 max_steps=config.num_steps,
                 time_budget=config.time_budget,
                 observers=observers,
@@ -294,9 +295,7 @@ def fit_run(
 
     save_params(directory.file(PARAMS_FILE), params)
     _say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)
-    metrics.update(
-        _evaluate(config, dataset, model, estimator, target.families, params, directory)
-    )
+    metrics.update(_evaluate(config, dataset, model, estimator, target.families, params, directory))
     metrics["finished"] = True
     write_json(directory.file(METRICS_FILE), metrics)
     from grepvi import report

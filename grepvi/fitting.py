@@ -19,10 +19,10 @@ import optax
 
 from grepvi import controller, driver, rules
 from grepvi.controller import AdaptiveSettings, Convergence
-from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning
+from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning, NumericalError
 from grepvi.estimators.base import Estimator, Target, get_estimator
 from grepvi.families.base import Family, Posterior
-from grepvi.inference import StepInfo, Trace, VIState, check_target, init, make_target, step
+from grepvi.inference import StepInfo, Trace, check_target, init, make_target, step
 from grepvi.natural_gradient import fisher_mean_quad
 from grepvi.optim import advi_stepsize
 
@@ -75,8 +75,6 @@ class FitResult(NamedTuple):
     @property
     def converged(self) -> bool:
         return bool(self.convergence is not None and self.convergence.converged)
-
-
 
 
 def draws_per_step(families: dict, estimator: Estimator) -> int:
@@ -153,6 +151,7 @@ def setup(
     batch_size: int | None = None,
     model=None,
     check: bool = True,
+    parallel: bool = False,
 ) -> Setup:
     """The window, plan and initial state of a fit (the default procedure, or a fixed schedule
     with ``step_size`` / ``optimizer``); ``batch_size`` runs minibatch VI over the rows of
@@ -173,8 +172,19 @@ def setup(
         )
         stepper = average_estimates(estimator, draws_per_step(target.families, estimator))
         length = settings.window
+    place = None
     if batch_size is not None:
-        step_fn, initial_loop = _minibatch_step(model, target, stepper, optimizer, batch_size, key, init_params)
+        if parallel:
+            raise ConfigError(
+                "parallel: minibatch VI runs on one device (give batch_size or parallel, not both)"
+            )
+        step_fn, initial_loop = _minibatch_step(
+            model, target, stepper, optimizer, batch_size, key, init_params
+        )
+    elif parallel:
+        step_fn, initial_loop, place, data = _parallel_step(
+            model, target, stepper, optimizer, key, init_params, data
+        )
     else:
 
         def step_fn(state, data):
@@ -187,7 +197,9 @@ def setup(
     names = tuple(sorted(target.families))
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
-        plan = driver.Plan(None, (), lambda loop, i, rho: loop, None, initial_loop, length, names)
+        plan = driver.Plan(
+            None, (), lambda loop, i, rho: loop, None, initial_loop, length, names, place=place
+        )
     else:
         select = lambda loop, i, rho: rules.select(loop, candidates[i].index, rho)
         fallback = next(
@@ -197,17 +209,48 @@ def setup(
         state = controller.init(initial_loop, len(candidates), candidates[0].step_size, trial_steps=steps)
         if steps == 0 and len(candidates) > 1:  # too few steps for a trial: the fallback rule
             state, initial_loop_kept = controller.size_trial(
-                state._replace(phase=np.asarray(controller.TRIAL)), 0, fallback,
-                candidates[fallback].step_size, initial_loop, initial_loop, select,
+                state._replace(phase=np.asarray(controller.TRIAL)),
+                0,
+                fallback,
+                candidates[fallback].step_size,
+                initial_loop,
+                initial_loop,
+                select,
             )
         else:
             initial_loop_kept = initial_loop
         plan = driver.Plan(
-            settings, candidates, select, _fisher_distance(target.families), initial_loop, length, names, fallback
+            settings,
+            candidates,
+            select,
+            _fisher_distance(target.families),
+            initial_loop,
+            length,
+            names,
+            fallback,
+            place,
         )
         initial_loop = initial_loop_kept
     run_state = driver.RunState(initial_loop, state, np.float64(0.0))
     return Setup(window, plan, run_state, data, target, estimator, fixed)
+
+
+def _parallel_step(model, target, estimator, optimizer, key, init_params, data):
+    """The data-parallel step (:mod:`grepvi.sharding`): rows of the data and of the local
+    latents split over every device, the weights replicated (one device: the plain step)."""
+    from grepvi import sharding
+
+    if model is None:
+        raise ConfigError("parallel: data-parallel VI needs a model built from named-axis factors (its rows)")
+    parallel = sharding.data_parallel(target, estimator, optimizer, model)
+    initial = parallel.place_state(init(key, target, optimizer, init_params))
+    layout = sharding.state_shardings(initial, model.local_latent_names, parallel.mesh)
+
+    def step_fn(state, data):
+        new_state, info = step(state, target, estimator, optimizer, data)
+        return jax.lax.with_sharding_constraint(new_state, layout), info
+
+    return step_fn, initial, parallel.place_state, parallel.place_data(data)
 
 
 def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_params):
@@ -250,6 +293,7 @@ def fit(
     chunk_size: int | None = None,
     progress: bool | None = None,
     batch_size: int | None = None,
+    parallel: bool = False,
     resume: driver.RunState | None = None,
     callback: Callable[[driver.WindowEvent], bool | None] | None = None,
 ) -> FitResult:
@@ -295,6 +339,9 @@ def fit(
       batch_size: minibatch VI (Hoffman et al. 2013) with ``batch_size`` rows of the data per
         step (``logdensity_fn`` must be a :class:`~grepvi.models.Model`), under either
         procedure.
+      parallel: data-parallel VI over every device (:mod:`grepvi.sharding`: rows of the data and
+        of the local latents split over a device mesh, weights replicated; one device: the
+        plain step). ``logdensity_fn`` must be a :class:`~grepvi.models.Model`.
       resume: a :class:`~grepvi.driver.RunState` (``result.run_state`` of an earlier call with
         the same model and options) to continue from.
       callback: called with a :class:`~grepvi.driver.WindowEvent` after every window; a
@@ -339,8 +386,10 @@ def fit(
         options["num_samples"] = num_samples
     estimator = get_estimator(estimator, **options)
     model = None
-    if hasattr(logdensity_fn, "target") and hasattr(logdensity_fn, "data") and not isinstance(
-        logdensity_fn, Target
+    if (
+        hasattr(logdensity_fn, "target")
+        and hasattr(logdensity_fn, "data")
+        and not isinstance(logdensity_fn, Target)
     ):
         model = logdensity_fn
         data = model.data if data is None else data
@@ -380,6 +429,7 @@ def fit(
         batch_size=batch_size,
         model=model,
         check=resume is None,
+        parallel=parallel,
     )
     start = prepared.initial
     if resume is not None:
@@ -394,15 +444,19 @@ def fit(
         )
     if callback is not None:
         observers.append(_CallbackObserver(callback))
-    final = driver.run(
-        prepared.window,
-        start,
-        prepared.plan,
-        data=data,
-        max_steps=max_steps,
-        time_budget=time_budget,
-        observers=observers,
-    )
+    try:
+        final = driver.run(
+            prepared.window,
+            start,
+            prepared.plan,
+            data=prepared.data,
+            max_steps=max_steps,
+            time_budget=time_budget,
+            observers=observers,
+        )
+    except NumericalError:
+        _warn_skipped(trace, int(trace.arrays().get("iteration", [0])[-1:].sum()), 0)
+        raise
     plan = prepared.plan
     convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
     params = controller.answer(final.controller, final.loop, settings=plan.settings)
@@ -438,17 +492,23 @@ class _CallbackObserver:
         return self.stop
 
 
-def _warn(trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool) -> None:
+def _warn_skipped(trace: driver.TraceObserver, iterations: int, restarts: int) -> None:
     if trace.skipped:
         warnings.warn(
-            f"{trace.skipped} of {convergence.num_iterations} step(s) skipped: non-finite gradient for "
+            f"{trace.skipped} of {iterations} step(s) skipped: non-finite gradient for "
             f"latent(s) {trace.bad_latents()} (the parameters were left as they were; the step size was "
-            f"halved {convergence.restarts} time(s) after falls)",
+            f"halved {restarts} time(s) after falls)",
             NonFiniteStepWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
+
+
+def _warn(trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool) -> None:
+    _warn_skipped(trace, convergence.num_iterations, convergence.restarts)
     if not fixed and not convergence.converged and convergence.reason != "interrupted":
-        skipped_note = f"; {trace.skipped} step(s) had a non-finite gradient and were skipped" if trace.skipped else ""
+        skipped_note = (
+            f"; {trace.skipped} step(s) had a non-finite gradient and were skipped" if trace.skipped else ""
+        )
         warnings.warn(
             f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
             f"{convergence.trial_note}. Raise num_steps or time_budget, or loosen tolerance.",

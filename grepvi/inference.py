@@ -25,6 +25,9 @@ __all__ = [
     "step",
     "make_target",
     "check_target",
+    "initial_params",
+    "all_finite",
+    "keep_if",
     "materialize_gradient",
 ]
 
@@ -114,20 +117,36 @@ def check_target(target: Target, params: dict, data=None) -> None:
         )
 
 
+def initial_params(rng_key, families: dict[str, Family], init_params: dict | None = None) -> dict:
+    """Each family's initial parameters (one key per latent, in sorted order), or
+    ``init_params`` checked to name every latent."""
+    if init_params is None:
+        keys = jax.random.split(rng_key, len(families))
+        return {
+            name: family.init_params(key)
+            for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
+        }
+    params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    missing = sorted(set(families) - set(params))
+    if missing:
+        raise ModelError(f"init_params has no entry for latents {missing}")
+    return params
+
+
+def all_finite(tree) -> jax.Array:
+    """True where every element of every leaf of ``tree`` is finite."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]))
+
+
+def keep_if(ok, new, old):
+    """``new`` where ``ok``, else ``old`` (leaf by leaf): a non-finite step is not applied."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+
 def init(rng_key, target: Target, optimizer, init_params: dict | None = None) -> VIState:
     """Initial state: parameters from each family (or ``init_params``) and optimizer state."""
     init_key, run_key = jax.random.split(rng_key)
-    if init_params is None:
-        keys = jax.random.split(init_key, len(target.families))
-        params = {
-            name: family.init_params(key)
-            for key, (name, family) in zip(keys, sorted(target.families.items()), strict=True)
-        }
-    else:
-        params = jax.tree_util.tree_map(jnp.asarray, init_params)
-        missing = sorted(set(target.families) - set(params))
-        if missing:
-            raise ModelError(f"init_params has no entry for latents {missing}")
+    params = initial_params(init_key, target.families, init_params)
     return VIState(
         params=params,
         opt_state=optimizer.init(params),
@@ -185,14 +204,10 @@ def step(
     negative_grad = jax.tree_util.tree_map(jnp.negative, grad)
     updates, new_opt_state = optimizer.update(negative_grad, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
-    params_finite = jnp.all(
-        jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(new_params)])
-    )
-    ok = jnp.logical_and(jnp.logical_not(jnp.any(nonfinite)), params_finite)
-    keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
+    ok = jnp.logical_and(jnp.logical_not(jnp.any(nonfinite)), all_finite(new_params))
     new_state = VIState(
-        params=keep(new_params, state.params),
-        opt_state=keep(new_opt_state, state.opt_state),
+        params=keep_if(ok, new_params, state.params),
+        opt_state=keep_if(ok, new_opt_state, state.opt_state),
         rng_key=rng_key,
         iteration=state.iteration + 1,
         num_skipped=state.num_skipped + jnp.logical_not(ok).astype(jnp.int32),

@@ -47,7 +47,7 @@ import optax
 
 from grepvi.errors import ConfigError, ModelError
 from grepvi.estimators.base import Estimator, Target, bind_data
-from grepvi.inference import materialize_gradient
+from grepvi.inference import all_finite, initial_params, keep_if, materialize_gradient
 from grepvi.models.model import OBSERVATION_AXIS
 
 __all__ = [
@@ -257,14 +257,7 @@ def batch_params(problem: MinibatchProblem, params: dict, indices) -> dict:
 
 def init(rng_key, problem: MinibatchProblem, optimizer, init_params: dict | None = None) -> MinibatchState:
     init_key, run_key = jax.random.split(rng_key)
-    if init_params is None:
-        names = sorted(problem.families)
-        keys = jax.random.split(init_key, len(names))
-        params = {
-            name: problem.families[name].init_params(key) for key, name in zip(keys, names, strict=True)
-        }
-    else:
-        params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    params = initial_params(init_key, problem.families, init_params)
     return MinibatchState(
         params=params,
         global_opt_state=optimizer.init({n: params[n] for n in problem.global_latent_names}),
@@ -273,11 +266,6 @@ def init(rng_key, problem: MinibatchProblem, optimizer, init_params: dict | None
         iteration=jnp.zeros([], jnp.int32),
         num_skipped=jnp.zeros([], jnp.int32),
     )
-
-
-def _all_finite(tree):
-    leaves = jax.tree_util.tree_leaves(tree)
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
 def step(
@@ -329,12 +317,11 @@ def step(
         for n in problem.local_latent_names
     }
 
-    ok = jnp.logical_and(_all_finite(grad), _all_finite((new_globals, new_batch_locals)))
-    keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
+    ok = jnp.logical_and(all_finite(grad), all_finite((new_globals, new_batch_locals)))
     new_state = MinibatchState(
-        params=keep({**new_globals, **new_locals}, state.params),
-        global_opt_state=keep(global_opt, state.global_opt_state),
-        local_opt_state=keep(local_opt, state.local_opt_state),
+        params=keep_if(ok, {**new_globals, **new_locals}, state.params),
+        global_opt_state=keep_if(ok, global_opt, state.global_opt_state),
+        local_opt_state=keep_if(ok, local_opt, state.local_opt_state),
         rng_key=rng_key,
         iteration=state.iteration + 1,
         num_skipped=state.num_skipped + jnp.logical_not(ok).astype(jnp.int32),

@@ -155,7 +155,9 @@ def natural_gradient(
             max_kl=jnp.asarray(max_kl, jnp.float32),
             count=jnp.zeros([], jnp.int32),
             second_moment={
-                name: jax.tree_util.tree_map(jnp.zeros_like, params[name]) for name in empirical if name in params
+                name: jax.tree_util.tree_map(jnp.zeros_like, params[name])
+                for name in empirical
+                if name in params
             },
         )
 

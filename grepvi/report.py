@@ -462,7 +462,7 @@ def _tables(runs):
         "estimator",
         "time / iteration (s, ours)",
         "paper (s)",
-        "eta (ours)",
+        "step rule (ours)",
         "eta (paper)",
         "samples / gradient",
         "iterations",
@@ -500,7 +500,7 @@ def _tables(runs):
                 _label(run, runs),
                 _fmt(m.get("time_per_iteration_s"), 3),
                 _fmt(PAPER["time_per_iteration"].get(key)),
-                _fmt(m.get("eta", run.options.get("step_size"))),
+                _step_rule(m, run.options),
                 _fmt(PAPER["eta"].get(key)),
                 _fmt(run.num_samples),
                 _fmt(m.get("iterations")),
@@ -565,7 +565,7 @@ def build_report(paths, out) -> dict:
     parts += [f"- ![{f.stem}]({f.name})\n" for f in figures]
     parts.append("\n## Runs\n")
     parts += [
-        f"- `{run.path}`: {run.label} on {run.dataset}, η = {_fmt(run.metrics.get('eta'))}, "
+        f"- `{run.path}`: {run.label} on {run.dataset}, {_step_rule(run.metrics, run.options)}, "
         f"{_fmt(run.metrics.get('iterations'))} iterations\n"
         for run in runs
     ]
@@ -583,3 +583,13 @@ def build_report(paths, out) -> dict:
     write_json(out / "summary.json", summary)
     summary["markdown"] = markdown
     return summary
+
+
+def _step_rule(metrics: dict, options: dict) -> str:
+    """The update rule a run used: the default procedure's kept rule and its final step size
+    (``adam-0.1, final step 0.0125``), or the paper's schedule (``Eq. 9, η = 0.5``)."""
+    convergence = metrics.get("convergence") or {}
+    if convergence.get("direction"):
+        rule = convergence["direction"]
+        return f"{rule}, final step {_fmt(convergence.get('step_size'))}"
+    return f"Eq. 9, η = {_fmt(metrics.get('eta', options.get('step_size')))}"

@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError

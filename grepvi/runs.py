@@ -108,7 +108,7 @@ class RunRecorder(driver.TraceObserver):
                 self.trace.set_last(key, float(value))
 
 
-class CheckpointObserver:
+class CheckpointObserver(driver.StallAware):
     """Writes the run state and trace every ``every`` iterations and every ``seconds`` seconds
     (at window boundaries), and on request."""
 
@@ -148,5 +148,3 @@ def median_time_per_iteration(trace_arrays) -> float:
     if wall.size == 0:
         return math.nan
     return float(np.median(np.diff(wall, prepend=0.0)))
-
-

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grepvi import cli, report, runs
+from grepvi import cli, report, run_files
 
 CACHE = os.path.join(tempfile.gettempdir(), "grepvi-test-jax-cache")
 os.environ.setdefault("GREPVI_COMPILATION_CACHE", CACHE)
@@ -62,7 +62,7 @@ def _png_ok(path: Path) -> bool:
 
 
 def _params(folder: Path) -> dict:
-    return runs.load_params(folder / "params.npz")
+    return run_files.load_params(folder / "params.npz")
 
 
 def _assert_same_params(a: dict, b: dict) -> None:
@@ -390,7 +390,19 @@ DEFAULT = ["--num-steps", "2400", "--refit-steps", "0", "--checkpoint-every", "1
 
 
 def _default_command(out, *extra):
-    return [sys.executable, "-m", "grepvi.cli", "fit", *TINY, "--estimator", "advi", *DEFAULT, "--out", str(out), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "grepvi.cli",
+        "fit",
+        *TINY,
+        "--estimator",
+        "advi",
+        *DEFAULT,
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _checkpoint_phase(out) -> str | None:
@@ -409,7 +421,12 @@ def uninterrupted_default(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "phase", ["trial", pytest.param("approach", marks=pytest.mark.slow), pytest.param("average", marks=pytest.mark.slow)]
+    "phase",
+    [
+        "trial",
+        pytest.param("approach", marks=pytest.mark.slow),
+        pytest.param("average", marks=pytest.mark.slow),
+    ],
 )
 def test_the_default_procedure_killed_in_each_phase_resumes_bitwise(uninterrupted_default, tmp_path, phase):
     """SIGKILL once the last checkpoint is in ``phase``; ``--resume`` ends with the parameters,
@@ -417,7 +434,9 @@ def test_the_default_procedure_killed_in_each_phase_resumes_bitwise(uninterrupte
     time continuous."""
     out = tmp_path / phase
     env = dict(os.environ, GREPVI_COMPILATION_CACHE=CACHE, PYTHONUNBUFFERED="1")
-    process = subprocess.Popen(_default_command(out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        _default_command(out), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 240
     while _checkpoint_phase(out) != phase:
         if process.poll() is not None or time.monotonic() > deadline:
@@ -441,3 +460,85 @@ def test_the_default_procedure_killed_in_each_phase_resumes_bitwise(uninterrupte
     assert [r["elbo"] for r in rows] == [r["elbo"] for r in expected]
     wall = np.array([float(r["wall_time"]) for r in rows])
     assert np.all(np.diff(wall) >= 0)
+
+
+# --- every option is honoured by both procedures, or refused -------------------------------------
+
+PROCEDURES = {"default": [], "fixed": ["--step-size", "0.1"]}
+
+
+def _trace(out) -> dict:
+    from grepvi.run_files import read_trace
+
+    return read_trace(out / "trace.csv")
+
+
+def _check_chunk_size(out, metrics, saves):
+    starts = np.unique(_trace(out)["window_start"])
+    assert np.all(np.diff(starts) <= 20) and 21 in starts
+
+
+def _check_checkpoint_every(out, metrics, saves):
+    assert [s for s in saves[:-1] if s % 20 == 0] == saves[:-1] and len(saves) >= 2
+
+
+def _check_elbo_samples(out, metrics, saves):
+    trace = _trace(out)
+    assert "elbo_draw" in trace and np.isfinite(trace["elbo"]).all()
+
+
+def _check_elbo_every(out, metrics, saves):
+    elbo = _trace(out)["elbo"]
+    assert np.isfinite(elbo[::20]).all() and np.isnan(elbo[1:20]).all()
+
+
+def _check_num_samples(out, metrics, saves):
+    assert json.loads((out / "config.json").read_text())["estimator_options"]["num_samples"] == 2
+
+
+def _check_batch_size(out, metrics, saves):
+    assert json.loads((out / "config.json").read_text())["options"]["batch_size"] == 10
+    assert metrics["iterations"] == 60 and np.isfinite(_trace(out)["elbo"]).all()
+
+
+def _check_parallel(out, metrics, saves):
+    assert json.loads((out / "config.json").read_text())["options"]["parallel"] is True
+    assert metrics["iterations"] == 60 and np.isfinite(_trace(out)["elbo"]).all()
+
+
+OPTION_TABLE = {
+    "--chunk-size": (["--chunk-size", "20"], _check_chunk_size),
+    "--checkpoint-every": (["--checkpoint-every", "20", "--chunk-size", "10"], _check_checkpoint_every),
+    "--elbo-samples": (["--elbo-samples", "2"], _check_elbo_samples),
+    "--elbo-every": (["--elbo-samples", "2", "--elbo-every", "20", "--chunk-size", "10"], _check_elbo_every),
+    "--num-samples": (["--num-samples", "2"], _check_num_samples),
+    "--batch-size": (["--batch-size", "10"], _check_batch_size),
+    "--data-parallel": (["--data-parallel"], _check_parallel),
+}
+
+
+@pytest.mark.parametrize("procedure", sorted(PROCEDURES))
+@pytest.mark.parametrize("option", sorted(OPTION_TABLE))
+def test_every_option_is_honoured_by_both_procedures(option, procedure, tmp_path, monkeypatch):
+    """The table of options x procedures: each option changes what the run does (the trace's
+    windows, the checkpoints written, the ELBO columns, the estimator, the batches)."""
+    from grepvi.run_files import RunDirectory
+
+    saves = []
+    original = RunDirectory.save_checkpoint
+
+    def recording(self, state, trace, identity, extra):
+        saves.append(int(state.controller.iterations))
+        return original(self, state, trace, identity, extra)
+
+    monkeypatch.setattr(RunDirectory, "save_checkpoint", recording)
+    args, check = OPTION_TABLE[option]
+    out = tmp_path / "run"
+    extra = ["--num-steps", "60", "--refit-steps", "0", "--checkpoint-seconds", "0", *args]
+    assert _fit(out, *PROCEDURES[procedure], *extra) == 0
+    check(out, json.loads((out / "metrics.json").read_text()), saves)
+
+
+def test_options_of_one_procedure_are_refused_with_the_other(tmp_path, capsys):
+    assert _fit(tmp_path / "a", "--step-size", "0.1", "--num-steps", "10", "--tolerance", "0.01") == 2
+    assert "--tolerance" in capsys.readouterr().err

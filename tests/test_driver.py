@@ -103,7 +103,9 @@ def test_resume_never_runs_past_the_cap():
     """The cap counts the run's iterations (the controller's), not a restored state's counter."""
     model = gamma_poisson()
     done = grepvi.fit(model.logdensity_fn, model.families, num_steps=600, progress=False)
-    again = grepvi.fit(model.logdensity_fn, model.families, num_steps=600, progress=False, resume=done.run_state)
+    again = grepvi.fit(
+        model.logdensity_fn, model.families, num_steps=600, progress=False, resume=done.run_state
+    )
     assert again.convergence.num_iterations == 600 and again.trace.elbo.size == 0
 
 
@@ -124,7 +126,9 @@ def test_a_window_runs_exactly_its_active_steps():
     two, _, _ = window(one, None, 1)
     three, _, _ = window(two, None, 1)
     assert np.all(np.asarray(short_out["elbo"])[3:] == 0.0) and np.all(np.isfinite(short_out["elbo"][:3]))
-    expected_mean = jax.tree_util.tree_map(lambda a, b, c: (a + b + c) / 3, one.params, two.params, three.params)
+    expected_mean = jax.tree_util.tree_map(
+        lambda a, b, c: (a + b + c) / 3, one.params, two.params, three.params
+    )
     for name in state.params:
         for key in state.params[name]:
             np.testing.assert_allclose(short.params[name][key], three.params[name][key], rtol=1e-6)
@@ -186,7 +190,10 @@ class _FakeWindow:
 
 def _fake_run(time_budget, seconds_per_step=0.1, elbos=(-10.0, -5.0, -7.0, -9.0), max_steps=None):
     clock = [0.0]
-    candidates = [rules.Candidate(label, i, 0.1) for i, label in enumerate(("natural", "adam-0.1", "adam-1", "adam-0.01"))]
+    candidates = [
+        rules.Candidate(label, i, 0.1)
+        for i, label in enumerate(("natural", "adam-0.1", "adam-1", "adam-0.01"))
+    ]
     initial = _FakeState({"x": np.zeros(2, np.float32)}, jnp.int32(0), jax.random.key(0))
     select = lambda state, i, rho: state._replace(rule=jnp.int32(i))
     settings = controller.AdaptiveSettings()

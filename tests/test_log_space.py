@@ -325,10 +325,10 @@ def test_log_space_means_match_and_stay_finite_where_the_mean_overflows():
 
 
 def test_advi_on_the_mf_is_checked_finite_with_weights_beyond_float32():
-    """The model check at the families' means (``inference._check_target``) on the beta-gamma
+    """The model check at the families' means (``inference.check_target``) on the beta-gamma
     MF with ADVI's families and a log-normal weight whose mean overflows: finite in log space."""
     from grepvi.families import LogitNormal, LogNormal
-    from grepvi.inference import _check_target
+    from grepvi.inference import check_target
 
     x = (np.random.default_rng(0).random((6, 5)) < 0.3).astype(np.float32)
     model = beta_gamma_mf(x, num_factors=2)
@@ -338,4 +338,4 @@ def test_advi_on_the_mf_is_checked_finite_with_weights_beyond_float32():
     params = {name: family.init_params(jax.random.key(0)) for name, family in families.items()}
     params["w"] = {**params["w"], "loc": params["w"]["loc"].at[0, 0].set(100.0)}
     assert not np.all(np.isfinite(families["w"].mean(params["w"])))
-    _check_target(target, params, model.data)  # raised ModelError (NaN) with the means formed
+    check_target(target, params, model.data)  # raised ModelError (NaN) with the means formed

@@ -134,5 +134,3 @@ def test_environment_versions_are_json():
     versions = run_files.environment_versions()
     assert {"python", "jax", "jaxlib", "grepvi"} <= set(versions)
     json.dumps(versions)
-
-
