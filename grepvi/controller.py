@@ -442,7 +442,8 @@ def _fixed_update(state, summary, latent_names):
 def _trial_update(state, window, loop_state, candidates, initial_state, select):
     done = int(state.trial_done) + window.steps
     state = state._replace(trial_done=_i(done))
-    if done < int(state.trial_steps) and math.isfinite(window.median):
+    sized = int(state.trial_steps) >= 0  # -1: the probe ran; size_trial sets the steps next
+    if (not sized or done < int(state.trial_steps)) and math.isfinite(window.median):
         return state, loop_state
     index = int(state.candidate)
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()

@@ -474,7 +474,7 @@ def from_storage(template, leaves: Sequence[np.ndarray], source: str = "checkpoi
             )
         if _is_key(ours):
             restored.append(jax.random.wrap_key_data(jnp.asarray(theirs), impl=jax.random.key_impl(ours)))
-        elif isinstance(ours, np.ndarray):
+        elif isinstance(ours, np.ndarray | np.generic | float | int):
             restored.append(theirs.copy())
         else:
             restored.append(jnp.asarray(theirs))

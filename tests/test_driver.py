@@ -99,6 +99,7 @@ def test_a_fixed_schedule_resumed_from_a_checkpoint_file_is_bitwise_the_same(tmp
     assert second.convergence.num_iterations == 40
 
 
+@pytest.mark.filterwarnings("ignore::grepvi.errors.NotConvergedWarning")
 def test_resume_never_runs_past_the_cap():
     """The cap counts the run's iterations (the controller's), not a restored state's counter."""
     model = gamma_poisson()

@@ -133,7 +133,8 @@ def register_estimator(name: str, factory: Callable[..., Estimator] | None = Non
 
 
 def estimator_names() -> tuple[str, ...]:
-    _load_builtin()
+    # The built-in estimators register themselves: ``grepvi.estimators`` (this module's parent
+    # package, always imported first) imports them.
     return tuple(sorted(_REGISTRY))
 
 
@@ -141,7 +142,6 @@ def get_estimator(name_or_estimator, **options) -> Estimator:
     """The estimator registered as ``name`` built with ``options`` (or an Estimator as is)."""
     if isinstance(name_or_estimator, Estimator):
         return name_or_estimator
-    _load_builtin()
     if name_or_estimator not in _REGISTRY:
         raise ConfigError(
             f"estimator: unknown name {name_or_estimator!r}; expected one of {estimator_names()}"
@@ -150,11 +150,6 @@ def get_estimator(name_or_estimator, **options) -> Estimator:
         return _REGISTRY[name_or_estimator](**options)
     except TypeError as error:
         raise ConfigError(f"estimator {name_or_estimator!r}: bad options {options}: {error}") from error
-
-
-def _load_builtin():
-    # Importing the package registers the built-in estimators.
-    import grepvi.estimators  # noqa: F401
 
 
 # --- helpers shared by estimators ---------------------------------------------------------
