@@ -14,6 +14,7 @@ Several runs (the eta search, comparisons, the samples sweep, the demo) are in
 import dataclasses
 import io
 import math
+import signal
 import sys
 import time
 
@@ -22,15 +23,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi import evaluation
-from grepvi.adaptive import AdaptiveSettings, get_step_size
+from grepvi.adaptive import AdaptiveSettings, Convergence, get_step_size
 from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
-from grepvi.errors import DataError
+from grepvi.errors import ConfigError, DataError
 from grepvi.estimators.base import get_estimator
 from grepvi.fitting import DEFAULT_MAX_STEPS, adaptive_candidates
 from grepvi.inference import _check_target, init
 from grepvi.models.registry import get_model_spec
 from grepvi.optim import advi_stepsize
 from grepvi.paper import ETA_GRID, PAPER_ETA
+from grepvi.run_files import RunFolderError, iterations_done
 from grepvi.runs import (
     METRICS_FILE,
     PARAMS_FILE,
@@ -38,11 +40,14 @@ from grepvi.runs import (
     RunDirectory,
     RunInterrupted,
     TraceRecorder,
+    TrainResult,
     atomic_write_bytes,
     environment_versions,
     median_time_per_iteration,
     read_json,
+    remaining_steps,
     save_params,
+    stop_signal,
     train,
     train_adaptive,
     write_json,
@@ -142,19 +147,42 @@ def fit_run(
 ) -> dict:
     """Runs one experiment into the folder ``out`` and returns its metrics.
 
-    Everything that can be refused (options, data, the folder's contents, the checkpoint) is
-    checked before the folder is touched. SIGINT writes a checkpoint and the metrics so far and
-    raises :class:`~grepvi.runs.RunInterrupted`.
+    Everything that can be refused (options, the folder's contents and writability, its lock,
+    the checkpoint, the data) is checked before the folder is changed; the folder must be new,
+    empty or a grepvi run (:class:`~grepvi.run_files.RunDirectory`), and the run holds its lock
+    until it returns. SIGINT or SIGTERM writes a checkpoint and the metrics so far and raises
+    :class:`~grepvi.runs.RunInterrupted`; a failed write raises
+    :class:`~grepvi.run_files.RunFolderError` with the first error and the resume hint.
     """
     config = config.validate()
     identity = config.identity()
     directory = RunDirectory(out)
-    mode = directory.check(identity, resume=resume, overwrite=overwrite)
+    if resume and overwrite:
+        raise ConfigError("resume=True and overwrite=True exclude each other; pass one of them")
+    if not directory.holds_run():  # a file, or a folder that is not a run: refused before the lock
+        directory.check(identity, resume=resume, overwrite=overwrite)
+    directory.check_writable()
+    with directory:  # the run's lock, held until it returns
+        if directory.stale_lock and directory.stale_lock.get("pid"):
+            _say(
+                f"{out}: taking over the lock left by pid {directory.stale_lock['pid']} "
+                "(that process has ended)",
+                quiet,
+            )
+        mode = directory.check(identity, resume=resume, overwrite=overwrite)
+        return _fit_locked(config, identity, directory, mode, out, quiet)
+
+
+def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
+    so_far = {}
     if mode == "resume" and directory.file(METRICS_FILE).exists():
-        metrics = read_json(directory.file(METRICS_FILE))
-        if metrics.get("finished"):
+        so_far = read_json(directory.file(METRICS_FILE))
+        if so_far.get("finished"):
             _say(f"{out}: the run is already finished; nothing to do", quiet)
-            return metrics
+            return so_far
+    checkpoint = directory.read_checkpoint() if mode == "resume" else None  # verified: before loading
+    if checkpoint is not None:
+        directory.check_identity(checkpoint, identity)
 
     dataset = load_data(config)
     model = build_model(config, dataset.train)
@@ -177,32 +205,58 @@ def fit_run(
 
     trace = TraceRecorder()
     wall_time = 0.0
-    if mode == "resume" and adaptive:
-        checkpoint_meta = directory.checkpoint_meta()
-        direction = checkpoint_meta.get("direction")
-        chosen = [c for c in candidates if c.label == direction]
-        chosen = chosen[:1]
-        if checkpoint_meta and not chosen:  # refuses a checkpoint of another configuration
-            directory.load_checkpoint(candidates[0].state, identity)
-        if chosen:
-            restored = directory.load_checkpoint(chosen[0].state, identity)
-            if restored is not None:
-                state, trace, meta = restored
-                wall_time = float(meta.get("wall_time", 0.0))
-                candidates = [
-                    chosen[0]._replace(
-                        state=state, step_size=float(meta.get("step_size", chosen[0].step_size))
-                    )
-                ]
-                _say(f"resuming {out} at iteration {int(state.iteration)} ({direction} steps)", quiet)
+    done = 0
+    if checkpoint is not None and adaptive:
+        direction = checkpoint.meta.get("direction")
+        chosen = [c for c in candidates if c.label == direction][:1]
+        if not chosen:
+            raise ConfigError(
+                f"{checkpoint.path}: the checkpoint continues the update rule {direction!r}, which this "
+                f"configuration does not have ({', '.join(c.label for c in candidates)}); pass "
+                "--overwrite to start again"
+            )
+        state, trace, meta = directory.restore(checkpoint, chosen[0].state, identity)
+        wall_time = float(meta.get("wall_time", 0.0))
+        candidates = [
+            chosen[0]._replace(state=state, step_size=float(meta.get("step_size", chosen[0].step_size)))
+        ]
+        done = checkpoint.iterations_done
+        _say(f"resuming {out} at iteration {done} ({direction} steps)", quiet)
+    elif checkpoint is not None:
+        state, trace, meta = directory.restore(checkpoint, state, identity)
+        wall_time = float(meta.get("wall_time", 0.0))
+        done = checkpoint.iterations_done
+        _say(f"resuming {out} at iteration {done} ({wall_time:.1f} s of training)", quiet)
     elif mode == "resume":
-        restored = directory.load_checkpoint(state, identity)
-        if restored is not None:
-            state, trace, meta = restored
-            wall_time = float(meta.get("wall_time", 0.0))
-            _say(f"resuming {out} at iteration {int(state.iteration)} ({wall_time:.1f} s of training)", quiet)
+        _say(f"{out}: the run stopped before its first checkpoint; starting from iteration 0", quiet)
     else:
         directory.clear()
+    try:
+        return _write_run(
+            config, identity, directory, mode, out, quiet, dataset, model, estimator, target, adaptive,
+            candidates if adaptive else None, settings if adaptive else None,
+            None if adaptive else optimizer, state, trace, wall_time, done, so_far,
+        )  # fmt: skip
+    except OSError as error:
+        raise RunFolderError(
+            f"{out}: writing the run's files failed: {error}. The files written before it are kept "
+            f"(the last checkpoint: {_last_checkpoint(directory)}); fix the cause (space, permissions), "
+            "then continue with the same call and resume=True"
+        ) from error
+
+
+def _last_checkpoint(directory) -> str:
+    try:
+        checkpoint = directory.read_checkpoint()
+    except ConfigError:
+        return "unreadable"
+    return "none" if checkpoint is None else f"iteration {checkpoint.iterations_done}"
+
+
+def _write_run(
+    config, identity, directory, mode, out, quiet, dataset, model, estimator, target, adaptive,
+    candidates, settings, optimizer, state, trace, wall_time, done, so_far,
+):  # fmt: skip
     directory.prepare()
     if mode == "fresh" or not directory.file("config.json").exists():
         write_json(
@@ -261,7 +315,18 @@ def fit_run(
         directory.save_checkpoint(current, current_trace, identity, {"wall_time": current_wall_time})
 
     convergence = None
-    if adaptive:
+    remaining = remaining_steps(config.num_steps, done)  # counted by the run's trace
+    budget_spent = config.time_budget is not None and done and wall_time >= config.time_budget
+    training_done = bool(so_far.get("training_finished")) or remaining == 0 or budget_spent
+    if training_done:  # e.g. interrupted during the evaluation: evaluate again, train no more
+        _say(f"{out}: training already reached its end at iteration {done}; evaluating", quiet)
+        result = TrainResult(state, trace, wall_time, [], False, True)
+        if so_far.get("convergence"):
+            stored = so_far["convergence"]
+            convergence = Convergence(
+                **{k: math.nan if stored.get(k) is None else stored[k] for k in Convergence._fields}
+            )
+    elif adaptive:
 
         def adaptive_checkpoint(current, current_trace, current_wall_time):
             rho = get_step_size(current.opt_state)
@@ -278,7 +343,7 @@ def fit_run(
             candidates,
             target.families,
             settings,
-            num_steps=None if config.num_steps is None else config.num_steps - int(state.iteration),
+            num_steps=remaining,
             time_budget=None if config.time_budget is None else max(config.time_budget - wall_time, 1e-3),
             trace=trace,
             chunk_eval_fn=chunk_eval_fn,
@@ -312,7 +377,7 @@ def fit_run(
         "dataset": dataset.name,
         "eta": config.step_size,
         "procedure": "default" if adaptive else "eq9",
-        "iterations": int(result.state.iteration),
+        "iterations": max(int(result.state.iteration), iterations_done(result.trace.as_arrays())),
         "training_time_s": result.wall_time,
         "time_per_iteration_s": median_time_per_iteration(arrays),
         "final_elbo": evaluation.best_final_elbo(elbo),
@@ -324,17 +389,21 @@ def fit_run(
     if convergence is not None:
         metrics["convergence"] = convergence._asdict()
         metrics["eta"] = convergence.step_size
-        metrics["iterations"] = convergence.num_iterations
+        metrics["iterations"] = max(convergence.num_iterations, iterations_done(arrays))
     if "perplexity" in arrays:
         finite = arrays["perplexity"][np.isfinite(arrays["perplexity"])]
         metrics["perplexity_last"] = float(finite[-1]) if finite.size else math.nan
     if result.interrupted:
         write_json(directory.file(METRICS_FILE), metrics)
+        number = stop_signal() or signal.SIGINT
         raise RunInterrupted(
-            f"interrupted at iteration {metrics['iterations']}; checkpoint and metrics so far written to "
-            f"{out}; continue with the same call and resume=True"
+            f"interrupted by {signal.Signals(number).name} at iteration {metrics['iterations']}; checkpoint "
+            f"and metrics so far written to {out}; continue with the same call and resume=True",
+            number,
         )
 
+    metrics["training_finished"] = True  # an interrupted evaluation resumes without training more
+    write_json(directory.file(METRICS_FILE), metrics)
     save_params(directory.file(PARAMS_FILE), result.state.params)
     _say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)
     metrics.update(
@@ -437,7 +506,11 @@ def _evaluate(config, dataset, model, estimator, families, params, directory) ->
         )
         out["refit_steps"] = config.refit_steps
         out["refit_estimator"] = config.refit_estimator
-        out["refit_final_elbo"] = evaluation.best_final_elbo(loglik.refit_elbo)
+        if config.refit_steps == 0:
+            out["refit_final_elbo"] = None
+            out["refit_final_elbo_note"] = "not computed: --refit-steps 0"
+        else:
+            out["refit_final_elbo"] = evaluation.best_final_elbo(loglik.refit_elbo)
     out["test_loglik_per_entry"] = loglik.as_dict()
     out["test_loglik_logmeanexp"] = loglik.logmeanexp
     out["eval_samples"] = config.eval_samples

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from grepvi import validation
 from grepvi.adaptive import AdaptiveSettings, Candidate, Convergence, run_adaptive
 from grepvi.adaptive import set_step_size as _set_step_size
 from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning
@@ -229,6 +230,8 @@ def fit(
         >>> result.converged, round(float(result.posterior["rate"].mean()), 2)  # exact: 14 / 4
         (True, 3.5)
     """
+    seed = validation.seed(seed)  # the boundary's checks: errors in grepvi's words
+    data = validation.data_pytree(data)
     fixed = step_size is not None or optimizer is not None
     if num_steps is not None and (
         isinstance(num_steps, bool) or int(num_steps) != num_steps or num_steps < 1

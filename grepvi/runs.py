@@ -15,7 +15,6 @@ region.
 
 import math
 import signal
-import sys
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -43,6 +42,7 @@ from grepvi.run_files import (  # noqa: F401 - the run's files, re-exported for 
     load_params,
     read_json,
     read_trace,
+    remaining_steps,
     save_params,
     unflatten_state,
     write_json,
@@ -67,11 +67,18 @@ __all__ = [
     "train_adaptive",
     "TrainResult",
     "RUN_FILES",
+    "remaining_steps",
+    "stop_signal",
 ]
 
 
 class RunInterrupted(GrepviError):
-    """The run was stopped by SIGINT after writing a checkpoint (the CLI exits with 130)."""
+    """The run was stopped by SIGINT or SIGTERM after writing a checkpoint (the CLI exits with
+    128 + the signal's number: 130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, signal_number: int = signal.SIGINT):
+        super().__init__(message)
+        self.signal_number = int(signal_number)
 
 
 class TrainResult(NamedTuple):
@@ -83,26 +90,40 @@ class TrainResult(NamedTuple):
     finished: bool
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_last_stop_signal = [None]
+
+
+def stop_signal() -> int | None:
+    """The signal (SIGINT or SIGTERM) that last stopped a run of this process, or None."""
+    return _last_stop_signal[0]
+
+
 class _SigintCatcher:
-    """Turns SIGINT into a flag checked at chunk boundaries (main thread only)."""
+    """Turns SIGINT and SIGTERM into a flag checked at chunk boundaries (main thread only); a
+    second signal stops at once (``KeyboardInterrupt``)."""
 
     def __init__(self):
         self.caught = False
-        self.previous = None
+        self.signal_number = None
+        self.previous = {}
 
     def __enter__(self):
         if _in_main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+            for number in STOP_SIGNALS:
+                self.previous[number] = signal.signal(number, self._handle)
         return self
 
     def _handle(self, signum, frame):
-        if self.caught:  # a second Ctrl-C: stop now
+        if self.caught:  # a second signal: stop now
             raise KeyboardInterrupt
         self.caught = True
+        self.signal_number = signum
+        _last_stop_signal[0] = signum
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for number, previous in self.previous.items():
+            signal.signal(number, previous if previous is not None else signal.SIG_DFL)
         return False
 
 
@@ -169,16 +190,9 @@ def train(
     start_iteration = int(state.iteration)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from grepvi.progress import progress_bar
 
-        bar = tqdm(
-            total=num_steps,
-            initial=start_iteration,
-            desc=description,
-            unit="it",
-            dynamic_ncols=True,
-            file=sys.stderr,
-        )
+        bar = progress_bar(num_steps, initial=start_iteration, description=description)
     chunk_times = []
     last = {"iteration": start_iteration, "clock": time.monotonic(), "state": state, "wall": wall_time}
 
@@ -219,7 +233,9 @@ def train(
             finite = shown[np.isfinite(shown)]
             bar.update(length)
             bar.set_postfix(
-                elbo=f"{np.mean(finite):.5g}" if finite.size else "nan", time=f"{report.wall_time:.0f}s"
+                elbo=f"{np.mean(finite):.5g}" if finite.size else "nan",
+                time=f"{report.wall_time:.0f}s",
+                refresh=False,
             )
         last["state"], last["wall"] = report.state, report.wall_time
         done = start_iteration + report.done
@@ -300,9 +316,9 @@ def train_adaptive(
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from grepvi.progress import progress_bar
 
-        bar = tqdm(total=num_steps, desc=description, unit="it", dynamic_ncols=True, file=sys.stderr)
+        bar = progress_bar(num_steps, description=description)
     last_checkpoint = [time.monotonic()]
     wall = [0.0]
 
@@ -336,6 +352,7 @@ def train_adaptive(
                     rho=f"{report.step_size:.3g}",
                     acc=f"{report.accuracy:.2g}",
                     time=f"{report.wall_time:.0f}s",
+                    refresh=False,
                 )
             if (
                 checkpoint_fn is not None
