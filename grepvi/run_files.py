@@ -537,18 +537,19 @@ class RunDirectory:
         return self.path.is_dir() and (self.file(MARKER_FILE).exists() or self._legacy_run())
 
     def foreign_entries(self) -> list[str]:
-        """Entries of the folder that are not grepvi's own files (nor their temporaries)."""
+        """Entries of a folder that is not a run which grepvi would not have left there: all
+        but its lock file, the temporaries of its atomic writes and an empty ``figures/``
+        (a file named like a run file, ``config.json``, is a user's until the marker says
+        otherwise)."""
         if not self.path.is_dir():
             return []
         foreign = []
         for entry in sorted(self.path.iterdir()):
             name = entry.name
             if name == FIGURES_DIR and entry.is_dir():
-                inside = [f"{FIGURES_DIR}/{e.name}" for e in sorted(entry.iterdir())]
-                foreign += [n for n in inside if n not in RUN_FIGURES and not _is_own_temporary(n)]
-            elif name not in _owned_names() or entry.is_dir():
-                if not _is_own_temporary(name):
-                    foreign.append(name + ("/" if entry.is_dir() else ""))
+                foreign += [f"{FIGURES_DIR}/{e.name}" for e in sorted(entry.iterdir())]
+            elif not (name == LOCK_FILE and entry.is_file()) and not _is_own_temporary(name):
+                foreign.append(name + ("/" if entry.is_dir() else ""))
         return foreign
 
     def check(self, identity: dict, *, resume: bool, overwrite: bool) -> str:
