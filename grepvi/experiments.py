@@ -397,7 +397,7 @@ def _write_run(
         write_json(directory.file(METRICS_FILE), metrics)
         number = stop_signal() or signal.SIGINT
         raise RunInterrupted(
-            f"interrupted by {signal.Signals(number).name} at iteration {metrics['iterations']}; checkpoint "
+            f"interrupted at iteration {metrics['iterations']} by {signal.Signals(number).name}; checkpoint "
             f"and metrics so far written to {out}; continue with the same call and resume=True",
             number,
         )

@@ -70,7 +70,8 @@ def test_a_folder_that_is_not_a_run_is_refused_and_left_alone(tmp_path):
 def test_empty_and_new_folders_are_fresh(tmp_path):
     (tmp_path / "empty").mkdir()
     assert run_files.RunDirectory(tmp_path / "empty").check({}, resume=False, overwrite=False) == "fresh"
-    assert run_files.RunDirectory(tmp_path / "new" / "deep").check({}, resume=False, overwrite=False) == "fresh"
+    new = run_files.RunDirectory(tmp_path / "new" / "deep")
+    assert new.check({}, resume=False, overwrite=False) == "fresh"
 
 
 def test_clear_removes_only_grepvi_files(tmp_path):
@@ -110,7 +111,8 @@ def test_second_writer_is_refused_naming_the_first(tmp_path):
     with first:
         holder = json.loads((tmp_path / "run" / ".grepvi-lock").read_text())
         assert holder["pid"] == os.getpid() and holder["host"]
-        with pytest.raises(run_files.RunFolderError, match=f"in use by another grepvi process \\(pid {os.getpid()}"):
+        expected = f"in use by another grepvi process \\(pid {os.getpid()}"
+        with pytest.raises(run_files.RunFolderError, match=expected):
             run_files.RunDirectory(tmp_path / "run").acquire()
     # released: the next writer gets it
     with run_files.RunDirectory(tmp_path / "run") as second:
@@ -198,7 +200,8 @@ def test_two_generations_are_kept(tmp_path):
 def test_missing_checkpoint_of_a_run_that_did_work_is_refused(tmp_path):
     directory = _run_folder(tmp_path, checkpoints=(10,))
     directory.file("checkpoint.npz").unlink()
-    with pytest.raises(run_files.RunFolderError, match="is missing, but the run's files record 10 iterations"):
+    expected = "is missing, but the run's files record 10 iterations"
+    with pytest.raises(run_files.RunFolderError, match=expected):
         directory.read_checkpoint()
     directory.file("trace.csv").unlink()
     assert directory.read_checkpoint() is None  # stopped before its first checkpoint: start at 0
@@ -342,7 +345,9 @@ def test_fit_refuses_bad_seeds(seed):
     import grepvi
 
     with pytest.raises(ConfigError, match="seed: expected an integer"):
-        grepvi.fit(_poisson_density, {"rate": Gamma()}, seed=seed, step_size=0.1, num_steps=10, progress=False)
+        grepvi.fit(
+            _poisson_density, {"rate": Gamma()}, seed=seed, step_size=0.1, num_steps=10, progress=False
+        )
 
 
 @pytest.mark.parametrize("shape", ["abc", "12", 1.5, (2.5,), (0,), (-1, 2), [2, "a"], None])
