@@ -312,6 +312,11 @@ def test_damaged_or_missing_checkpoints_are_refused_with_the_ways_on(fitted, tmp
     copy = _unfinished_copy(fitted, tmp_path)
     checkpoint = copy / "checkpoint.npz"
     good = checkpoint.read_bytes()
+    assert not (copy / "checkpoint.prev.npz").exists()  # one checkpoint: nothing to go back to
+    checkpoint.write_bytes(good[:100])
+    assert _fit(copy, "--num-steps", "40", "--resume") == 2
+    assert "or restore it from a backup" in capsys.readouterr().err
+    (copy / "checkpoint.prev.npz").write_bytes(good)  # as a second checkpoint would have kept it
     random_bytes = np.random.default_rng(1).bytes(len(good))
     damages = {
         "truncated": good[: len(good) // 2],
@@ -331,6 +336,9 @@ def test_damaged_or_missing_checkpoints_are_refused_with_the_ways_on(fitted, tmp
     checkpoint.unlink()
     assert _fit(copy, "--num-steps", "40", "--resume") == 2
     assert "checkpoint.npz: the checkpoint is missing" in capsys.readouterr().err
+    os.replace(copy / "checkpoint.prev.npz", checkpoint)  # the way on that the message gives
+    assert _fit(copy, "--num-steps", "40", "--resume") == 0
+    assert _strict_json((copy / "metrics.json").read_text())["iterations"] == 40
 
 
 def test_resume_after_an_interrupted_evaluation_trains_no_further(fitted, tmp_path):
