@@ -10,12 +10,17 @@ Examples::
     grepvi report runs/olivetti-grep runs/olivetti-advi --out runs/report
 
 Exit codes: 0 success; 2 a refused input (the message is printed, no traceback, and the output
-folder is left as it was); 130 interrupted by SIGINT after writing a checkpoint and the metrics
-so far (continue with the same command and ``--resume``).
+folder is left as it was), an output folder that is not a grepvi run, is in use by another
+grepvi process or holds a damaged checkpoint, or a failed write during the run (the message
+says which file and how to go on); 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM, after
+writing a checkpoint and the metrics so far (continue with the same command and ``--resume``).
+A second signal stops at once (the last checkpoint is kept); signals while grepvi shuts down
+are ignored.
 """
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -24,7 +29,30 @@ from grepvi.errors import GrepviError
 __all__ = ["main", "build_parser"]
 
 EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM outside the training loop (which turns it into a checkpoint and a clean stop)."""
+
+    def __init__(self, signal_number):
+        super().__init__(signal_number)
+        self.signal_number = signal_number
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated(signum)
+
+
+def _quiet_shutdown() -> None:
+    """Signals after the run stopped are ignored: no traceback from interpreter shutdown
+    ("Exception ignored in atexit callback ... KeyboardInterrupt")."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
 
 
 def _integer(text):
@@ -309,24 +337,32 @@ def _config(args, estimator: str):
     )
 
 
+def _shown(value, spec: str) -> str:
+    """A number of metrics.json (``null`` where it was not finite) for printing."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def _print_metrics(metrics: dict, out) -> None:
     ll = metrics.get("test_loglik_per_entry", {})
     lines = [
         f"{metrics.get('estimator')} on {metrics.get('dataset')}: {metrics.get('iterations')} iterations, "
-        f"{metrics.get('time_per_iteration_s', float('nan')):.4g} s/iteration, eta {metrics.get('eta')}",
-        f"  final ELBO (mean of the last 10%): {metrics.get('final_elbo', float('nan')):.6g}",
+        f"{_shown(metrics.get('time_per_iteration_s'), '.4g')} s/iteration, eta {metrics.get('eta')}",
+        f"  final ELBO (mean of the last 10%): {_shown(metrics.get('final_elbo'), '.6g')}",
     ]
     convergence = metrics.get("convergence")
     if convergence:
         state = "converged" if convergence["converged"] else f"not converged ({convergence['reason']})"
         lines.append(
             f"  {state}: {convergence['direction']} steps, {convergence['num_stages']} stage(s), "
-            f"accuracy {convergence['accuracy']:.2g} sd, final step size {convergence['step_size']:.3g}"
+            f"accuracy {_shown(convergence['accuracy'], '.2g')} sd, "
+            f"final step size {_shown(convergence['step_size'], '.3g')}"
         )
     if ll:
-        lines.append(f"  test log-likelihood per entry: {ll['mean']:.5g} ± {ll['std']:.2g}")
+        lines.append(
+            f"  test log-likelihood per entry: {_shown(ll['mean'], '.5g')} ± {_shown(ll['std'], '.2g')}"
+        )
     if "perplexity" in metrics:
-        lines.append(f"  held-out perplexity: {metrics['perplexity']:.2f}")
+        lines.append(f"  held-out perplexity: {_shown(metrics['perplexity'], '.2f')}")
     lines.append(f"  results in {out}")
     print("\n".join(lines))
 
@@ -404,21 +440,43 @@ def main(argv=None) -> int:
     _enable_compilation_cache()
     from grepvi.runs import RunInterrupted
 
+    previous = _install(signal.SIGTERM, _on_sigterm)
+    command_line = argv is None  # the process is grepvi's: it may ignore signals while it exits
     try:
         return _run(args)
     except RunInterrupted as error:
         from grepvi.config import option_flags
 
+        if command_line:
+            _quiet_shutdown()
         print(f"grepvi: {option_flags(str(error)).replace('same call', 'same command')}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + error.signal_number
     except GrepviError as error:
         from grepvi.config import option_flags
 
         print(f"grepvi {args.command}: error: {option_flags(str(error))}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("grepvi: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as error:
+        if command_line:
+            _quiet_shutdown()
+        number = getattr(error, "signal_number", signal.SIGINT)
+        print(
+            f"grepvi: stopped by {signal.Signals(number).name}; files written so far are kept (a run with a "
+            "checkpoint continues with the same command and --resume)",
+            file=sys.stderr,
+        )
+        return 128 + number
+    finally:
+        if previous is not None and not (command_line and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):
+            _install(signal.SIGTERM, previous)
+
+
+def _install(number, handler):
+    """Installs a signal handler (main thread only); returns the previous one or None."""
+    try:
+        return signal.signal(number, handler)
+    except (ValueError, OSError):
+        return None
 
 
 if __name__ == "__main__":

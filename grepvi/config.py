@@ -6,11 +6,11 @@ integer``); the command line shows the same message with its flags (:func:`optio
 """
 
 import dataclasses
-import math
 import re
 
 import numpy as np
 
+from grepvi import validation
 from grepvi.errors import ConfigError
 from grepvi.models.registry import get_model_spec, model_names
 
@@ -124,7 +124,7 @@ class RunConfig:
             config.elbo_samples = 1  # the paper's one draw, not the mean over BBVI's 30 gradient draws
         if config.elbo_samples is not None:
             config.elbo_samples = _positive_int(config.elbo_samples, "elbo_samples")
-        config.seed = _non_negative_int(config.seed, "seed")
+        config.seed = validation.seed(config.seed, "seed")
         config.eval_samples = _positive_int(config.eval_samples, "eval_samples")
         config.refit_steps = _non_negative_int(config.refit_steps, "refit_steps")
         if config.refit_step_size is None:
@@ -211,32 +211,10 @@ def _as_tuple(value):
     return tuple(value)
 
 
-def _positive_int(value, name):
-    if isinstance(value, bool):
-        raise ConfigError(f"{name}: expected a positive integer, found {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{name}: expected a positive integer, found {value!r}") from error
-    if not math.isfinite(number) or number != int(number) or number < 1:
-        raise ConfigError(f"{name}: expected a positive integer, found {value!r}")
-    return int(number)
-
-
-def _non_negative_int(value, name):
-    if value == 0 and not isinstance(value, bool):
-        return 0
-    return _positive_int(value, name.replace("positive", "non-negative"))
-
-
-def _positive_float(value, name):
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{name}: expected a positive number, found {value!r}") from error
-    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
-        raise ConfigError(f"{name}: expected a positive number, found {value!r}")
-    return number
+# The checks themselves are grepvi.validation's (one place for the whole package).
+_positive_int = validation.positive_int
+_non_negative_int = validation.non_negative_int
+_positive_float = validation.positive_float
 
 
 def option_flags(message: str) -> str:

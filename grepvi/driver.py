@@ -25,7 +25,6 @@ of a resumed state, compilation and the trial included; what observers do after 
 """
 
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -396,24 +395,14 @@ class TraceObserver:
 
 
 class ProgressObserver:
-    """A tqdm bar of iterations with the ELBO, phase, step size and accuracy. Not on a
-    terminal, at most one line every ``interval`` seconds (a log grows with time, not speed)."""
+    """A progress bar of iterations with the ELBO, phase, step size and accuracy
+    (:func:`grepvi.progress.progress_bar`: not on a terminal, at most one line every few
+    seconds, so a log grows with time, not speed)."""
 
-    def __init__(self, total: int | None, description: str, initial: int = 0, interval: float | None = None):
-        from tqdm.auto import tqdm
+    def __init__(self, total: int | None, description: str, initial: int = 0):
+        from grepvi.progress import progress_bar
 
-        terminal = sys.stderr.isatty()
-        self.bar = tqdm(
-            total=total,
-            initial=initial,
-            desc=description,
-            unit="it",
-            leave=False,
-            dynamic_ncols=True,
-            file=sys.stderr,
-            mininterval=interval if interval is not None else (0.1 if terminal else 10.0),
-            maxinterval=max(10.0, interval or 0.0) if not terminal else 10.0,
-        )
+        self.bar = progress_bar(total, initial=initial, description=description, leave=False)
         self.description = description
 
     def on_window(self, event: WindowEvent) -> None:

@@ -14,6 +14,7 @@ Several runs (the eta search, comparisons, the samples sweep, the demo) are in
 import dataclasses
 import io
 import math
+import signal
 import sys
 import time
 
@@ -24,7 +25,7 @@ import numpy as np
 from grepvi import controller, driver, evaluation, fitting
 from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
 from grepvi.controller import AdaptiveSettings
-from grepvi.errors import DataError, NumericalError
+from grepvi.errors import ConfigError, DataError, NumericalError
 from grepvi.estimators.base import get_estimator
 from grepvi.fitting import DEFAULT_MAX_STEPS
 from grepvi.models.registry import get_model_spec
@@ -34,10 +35,12 @@ from grepvi.run_files import (
     PARAMS_FILE,
     RECONSTRUCTION_FILE,
     RunDirectory,
+    RunFolderError,
     TraceRecorder,
     atomic_write_bytes,
     environment_versions,
     read_json,
+    remaining_steps,
     save_params,
     write_json,
 )
@@ -47,6 +50,7 @@ from grepvi.runs import (
     RunRecorder,
     SignalCatcher,
     median_time_per_iteration,
+    stop_signal,
 )
 
 __all__ = [
@@ -143,32 +147,56 @@ def fit_run(
 ) -> dict:
     """Runs one experiment into the folder ``out`` and returns its metrics.
 
-    Everything that can be refused (options, data, the folder's contents, the checkpoint) is
-    checked before the folder is touched. SIGINT writes a checkpoint and the metrics so far and
-    raises :class:`~grepvi.runs.RunInterrupted`.
+    Everything that can be refused (options, the folder's contents and writability, its lock,
+    the checkpoint, the data) is checked before the folder is changed; the folder must be new,
+    empty or a grepvi run (:class:`~grepvi.run_files.RunDirectory`), and the run holds its lock
+    until it returns. The run goes through the one loop (:func:`grepvi.driver.run`); its
+    checkpoints hold the whole :class:`~grepvi.driver.RunState`, so a resumed run continues
+    exactly (bitwise, when no time budget sizes its windows). SIGINT or SIGTERM writes a
+    checkpoint and the metrics so far and raises :class:`~grepvi.runs.RunInterrupted`; a failed
+    write raises :class:`~grepvi.run_files.RunFolderError` with the first error and the resume
+    hint.
     """
     config = config.validate()
     identity = config.identity()
     directory = RunDirectory(out)
-    mode = directory.check(identity, resume=resume, overwrite=overwrite)
+    if resume and overwrite:
+        raise ConfigError("resume=True and overwrite=True exclude each other; pass one of them")
+    if not directory.holds_run():  # a file, or a folder that is not a run: refused before the lock
+        directory.check(identity, resume=resume, overwrite=overwrite)
+    directory.check_writable()
+    with directory:  # the run's lock, held until it returns
+        if directory.stale_lock and directory.stale_lock.get("pid"):
+            _say(
+                f"{out}: taking over the lock left by pid {directory.stale_lock['pid']} "
+                "(that process has ended)",
+                quiet,
+            )
+        mode = directory.check(identity, resume=resume, overwrite=overwrite)
+        return _fit_locked(config, identity, directory, mode, out, quiet)
+
+
+def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
+    so_far = {}
     if mode == "resume" and directory.file(METRICS_FILE).exists():
-        metrics = read_json(directory.file(METRICS_FILE))
-        if metrics.get("finished"):
+        so_far = read_json(directory.file(METRICS_FILE))
+        if so_far.get("finished"):
             _say(f"{out}: the run is already finished; nothing to do", quiet)
-            return metrics
+            return so_far
+    checkpoint = directory.read_checkpoint() if mode == "resume" else None  # verified: before loading
+    if checkpoint is not None:
+        directory.check_identity(checkpoint, identity)
 
     dataset = load_data(config)
     model = build_model(config, dataset.train)
     estimator = make_estimator(config)
     families = estimator.adapt_families(model.latents())
     target = model.target(families)
-    adaptive = config.step_size is None
     settings = None
-    if adaptive:
+    if config.step_size is None:
         settings = AdaptiveSettings(**({"tolerance": config.tolerance} if config.tolerance else {}))
         if config.num_steps is None and config.time_budget is None:
             config = dataclasses.replace(config, num_steps=DEFAULT_MAX_STEPS)
-    keep_params = config.elbo_samples is not None and config.elbo_every == 1
     prepared = fitting.setup(
         target,
         estimator,
@@ -179,25 +207,61 @@ def fit_run(
         chunk_size=config.window(),
         max_steps=config.num_steps,
         time_budget=config.time_budget,
-        keep_params=keep_params,
+        keep_params=config.elbo_samples is not None and config.elbo_every == 1,
         batch_size=config.batch_size,
         model=model,
         parallel=config.parallel,
     )
-    run_state = prepared.initial
-    trace = TraceRecorder()
-    if mode == "resume":
-        restored = directory.load_checkpoint(prepared.initial, identity)
-        if restored is not None:
-            run_state, trace, _ = restored
-            run_state = driver.resumable(run_state)
-            _say(
-                f"resuming {out} at iteration {int(run_state.controller.iterations)} "
-                f"({float(run_state.wall_time):.1f} s)",
-                quiet,
-            )
+    run_state, trace = prepared.initial, TraceRecorder()
+    if checkpoint is not None:
+        run_state, trace, _ = directory.restore(checkpoint, prepared.initial, identity)
+        run_state = driver.resumable(run_state)
+        _say(
+            f"resuming {out} at iteration {int(run_state.controller.iterations)} "
+            f"({float(run_state.wall_time):.1f} s)",
+            quiet,
+        )
+    elif mode == "resume":
+        _say(f"{out}: the run stopped before its first checkpoint; starting from iteration 0", quiet)
     else:
         directory.clear()
+    try:
+        return _write_run(
+            config, identity, directory, mode, out, quiet, dataset, model, estimator, target,
+            prepared, run_state, trace, so_far,
+        )  # fmt: skip
+    except OSError as error:
+        raise RunFolderError(
+            f"{out}: writing the run's files failed: {error}. The files written before it are kept "
+            f"(the last checkpoint: {_last_checkpoint(directory)}); fix the cause (space, permissions), "
+            "then continue with the same call and resume=True"
+        ) from error
+
+
+def _last_checkpoint(directory) -> str:
+    try:
+        checkpoint = directory.read_checkpoint()
+    except ConfigError:
+        return "unreadable"
+    return "none" if checkpoint is None else f"iteration {checkpoint.iterations_done}"
+
+
+def _training_done(config, run_state, so_far) -> bool:
+    """Training reached its end before this call (e.g. interrupted during the evaluation)."""
+    state = run_state.controller
+    done = int(state.iterations)
+    return (
+        bool(so_far.get("training_finished"))
+        or controller.REASONS[int(state.reason)] == "converged"
+        or remaining_steps(config.num_steps, done) == 0
+        or bool(config.time_budget is not None and done and float(run_state.wall_time) >= config.time_budget)
+    )
+
+
+def _write_run(
+    config, identity, directory, mode, out, quiet, dataset, model, estimator, target,
+    prepared, run_state, trace, so_far,
+):  # fmt: skip
     directory.prepare()
     if mode == "fresh" or not directory.file("config.json").exists():
         write_json(
@@ -236,33 +300,41 @@ def fit_run(
         every=config.checkpoint_every,
         seconds=config.checkpoint_seconds,
     )
-    observers = [recorder, checkpoints]
-    if not quiet:
-        observers.append(
-            driver.ProgressObserver(
-                config.num_steps, f"{config.estimator} {dataset.name}", int(run_state.controller.iterations)
+    final = run_state
+    if _training_done(config, run_state, so_far):
+        _say(f"{out}: training already reached its end at iteration {int(run_state.controller.iterations)}; "
+             "evaluating", quiet)  # fmt: skip
+    else:
+        observers = [recorder, checkpoints]
+        if not quiet:
+            observers.append(
+                driver.ProgressObserver(
+                    config.num_steps,
+                    f"{config.estimator} {dataset.name}",
+                    int(run_state.controller.iterations),
+                )
             )
-        )
-    with SignalCatcher() as signals:
-        observers.append(signals)
-        try:
-            final = driver.run(
-                prepared.window,
-                run_state,
-                prepared.plan,
-                data=prepared.data,
-                max_steps=config.num_steps,
-                time_budget=config.time_budget,
-                observers=observers,
-            )
-        except NumericalError:
-            checkpoints.write_last()  # the run stalled: keep what it did, then say so
-            raise
-    directory.save_checkpoint(final, trace, identity, {})
+        with SignalCatcher() as signals:
+            observers.append(signals)
+            try:
+                final = driver.run(
+                    prepared.window,
+                    run_state,
+                    prepared.plan,
+                    data=prepared.data,
+                    max_steps=config.num_steps,
+                    time_budget=config.time_budget,
+                    observers=observers,
+                )
+            except NumericalError:
+                checkpoints.write_last()  # the run stalled: keep what it did, then say so
+                raise
+        directory.save_checkpoint(final, trace, identity, {})
     plan = prepared.plan
     convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
     params = controller.answer(final.controller, final.loop, settings=plan.settings)
     interrupted = convergence.reason == "interrupted"
+    adaptive = config.step_size is None
     arrays = trace.as_arrays()
     elbo = arrays.get("elbo", np.zeros(0))
     metrics = {
@@ -276,7 +348,7 @@ def fit_run(
         "time_per_iteration_s": median_time_per_iteration(arrays),
         "final_elbo": evaluation.best_final_elbo(elbo),
         "last_elbo": float(elbo[~np.isnan(elbo)][-1]) if np.any(~np.isnan(elbo)) else None,
-        "skipped_steps": recorder.skipped,
+        "skipped_steps": int(np.nansum(trace.as_arrays().get("skipped", np.zeros(0)))),
         "finished": False,
         "interrupted": interrupted,
     }
@@ -288,10 +360,15 @@ def fit_run(
         metrics["perplexity_last"] = float(finite[-1]) if finite.size else math.nan
     if interrupted:
         write_json(directory.file(METRICS_FILE), metrics)
+        number = stop_signal() or signal.SIGINT
         raise RunInterrupted(
-            f"interrupted at iteration {metrics['iterations']}; checkpoint and metrics so far written to "
-            f"{out}; continue with the same call and resume=True"
+            f"interrupted at iteration {metrics['iterations']} by {signal.Signals(number).name}; checkpoint "
+            f"and metrics so far written to {out}; continue with the same call and resume=True",
+            number,
         )
+
+    metrics["training_finished"] = True  # an interrupted evaluation resumes without training more
+    write_json(directory.file(METRICS_FILE), metrics)
 
     save_params(directory.file(PARAMS_FILE), params)
     _say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grepvi import controller, driver, rules
+from grepvi import controller, driver, rules, validation
 from grepvi.controller import AdaptiveSettings, Convergence
 from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning, NumericalError
 from grepvi.estimators.base import Estimator, Target, get_estimator
@@ -363,6 +363,8 @@ def fit(
         >>> result.converged, round(float(result.posterior["rate"].mean()), 2)  # exact: 14 / 4
         (True, 3.5)
     """
+    seed = validation.seed(seed)  # the boundary's checks: errors in grepvi's words
+    data = validation.data_pytree(data)
     fixed = step_size is not None or optimizer is not None
     if num_steps is not None and (
         isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1

@@ -16,6 +16,7 @@ import optax
 from grepvi.errors import ModelError
 from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means
 from grepvi.families.base import Family
+from grepvi.validation import floating_scalar
 
 __all__ = [
     "VIState",
@@ -89,11 +90,12 @@ def check_target(target: Target, params: dict, data=None) -> None:
             f"logdensity_fn failed on latents of shapes {shapes}: {type(error).__name__}: {error}. "
             "Check that each family's shape fits what logdensity_fn expects."
         ) from error
-    if jnp.shape(value) != ():
+    if value is not None and jnp.shape(value) != ():
         raise ModelError(
             f"logdensity_fn must return a scalar, returned shape {jnp.shape(value)} "
             f"for latents of shapes {shapes}"
         )
+    floating_scalar(value, "logdensity_fn")  # None, an int, an integer dtype: refused
     if target.local_logdensity_fn is not None:
         local = target.local_logdensity_fn(point)
         for name, family in target.families.items():

@@ -178,6 +178,12 @@ def _fmt(value, digits=4) -> str:
     return f"{value:.{digits}g}"
 
 
+def _plus_minus(mean, std) -> str:
+    """``mean ± std`` with one decimal (``–`` where metrics.json holds null)."""
+    shown = lambda value: "–" if value is None or not math.isfinite(value) else f"{value:.1f}"
+    return f"{shown(mean)} ± {shown(std)}"
+
+
 def _loglik_cell(metrics) -> str:
     value = metrics.get("test_loglik_per_entry")
     if not value:
@@ -511,7 +517,7 @@ def _tables(runs):
                 [
                     DATASET_LABELS.get(run.dataset, run.dataset),
                     _label(run, runs),
-                    f"{m['perplexity']:.1f} ± {m.get('perplexity_std', float('nan')):.1f}",
+                    _plus_minus(m.get("perplexity"), m.get("perplexity_std")),
                     _fmt(m.get("perplexity_last"), 5),
                     "Fig. 2a (curve only)",
                 ]

@@ -26,12 +26,26 @@ __all__ = [
     "RunRecorder",
     "CheckpointObserver",
     "SignalCatcher",
+    "stop_signal",
     "median_time_per_iteration",
 ]
 
 
 class RunInterrupted(GrepviError):
-    """The run was stopped by SIGINT after writing a checkpoint (the CLI exits with 130)."""
+    """The run was stopped by SIGINT or SIGTERM after writing a checkpoint (the CLI exits with
+    128 + the signal's number: 130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, signal_number: int = signal.SIGINT):
+        super().__init__(message)
+        self.signal_number = int(signal_number)
+
+
+_last_stop_signal = [None]
+
+
+def stop_signal() -> int | None:
+    """The signal (SIGINT or SIGTERM) that last stopped a run of this process, or None."""
+    return _last_stop_signal[0]
 
 
 class SignalCatcher:
@@ -53,6 +67,7 @@ class SignalCatcher:
     def _handle(self, signum, frame):
         if self.caught is None:
             self.caught = signal.Signals(signum).name
+            _last_stop_signal[0] = int(signum)
 
     def on_window(self, event) -> None:
         pass

@@ -12,7 +12,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from grepvi.config import SYNTHETIC, RunConfig, _positive_float, _positive_int
+from grepvi import validation
+from grepvi.config import SYNTHETIC, RunConfig
 from grepvi.errors import ConfigError
 from grepvi.experiments import _say, fit_run
 from grepvi.paper import ETA_GRID
@@ -43,7 +44,7 @@ def eta_search(
 
     Returns the chosen run's folder and ``{eta: final ELBO}``; writes ``out/eta_search.json``.
     """
-    etas = tuple(_positive_float(eta, "etas") for eta in etas)
+    etas = tuple(validation.positive_float(eta, "etas") for eta in etas)
     plans = [(dataclasses.replace(config, step_size=eta), _eta_dir(out, eta)) for eta in etas]
     if not checked:
         _check_all(plans, resume, overwrite)
@@ -51,7 +52,8 @@ def eta_search(
     for run_config, run_out in plans:
         _say(f"eta search: {config.estimator}, eta = {run_config.step_size:g}", quiet)
         metrics = fit_run(run_config, run_out, resume=resume, overwrite=overwrite, quiet=quiet)
-        scores[run_config.step_size] = metrics["final_elbo"]
+        final = metrics.get("final_elbo")  # null in a finished run's metrics.json when not finite
+        scores[run_config.step_size] = -math.inf if final is None else final
     best = max(scores, key=lambda eta: scores[eta] if math.isfinite(scores[eta]) else -math.inf)
     write_json(
         Path(out) / "eta_search.json",
@@ -130,7 +132,7 @@ def samples_sweep(
     """
     from grepvi import report
 
-    counts = [_positive_int(count, "sample_counts") for count in sample_counts]
+    counts = [validation.positive_int(count, "sample_counts") for count in sample_counts]
     plans = [
         (
             dataclasses.replace(config, num_samples=count, compute_variance=count > 1),

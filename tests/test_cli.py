@@ -57,6 +57,15 @@ def _digest(folder: Path) -> dict:
     }
 
 
+def _strict_json(text: str):
+    """``json.loads`` that refuses NaN and Infinity, as JavaScript's ``JSON.parse`` does."""
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def _png_ok(path: Path) -> bool:
     return path.exists() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -93,7 +102,8 @@ def test_fit_writes_config_trace_metrics_and_figures(fitted):
     assert [int(row["iteration"]) for row in rows] == list(range(1, 41))
     times = [float(row["wall_time"]) for row in rows]
     assert all(b >= a for a, b in zip(times, times[1:], strict=False))
-    metrics = json.loads((fitted / "metrics.json").read_text())
+    metrics = _strict_json((fitted / "metrics.json").read_text())
+    assert (fitted / ".grepvi-run").exists()
     for key in ("time_per_iteration_s", "final_elbo", "test_loglik_logmeanexp", "eta"):
         assert math.isfinite(metrics[key]), key
     assert metrics["iterations"] == 40 and metrics["finished"] is True
@@ -125,6 +135,9 @@ def test_fit_from_a_data_file_and_report(tmp_path, fitted, capsys):
     )  # fmt: skip
     assert code == 0
     assert json.loads((out / "config.json").read_text())["dataset"]["train_shape"] == [20, 9]
+    metrics = _strict_json((out / "metrics.json").read_text())  # no NaN or -Infinity
+    assert metrics["refit_final_elbo"] is None
+    assert metrics["refit_final_elbo_note"] == "not computed: --refit-steps 0"
     capsys.readouterr()
     report = tmp_path / "report"
     assert cli.main(["report", str(fitted), str(out), "--out", str(report)]) == 0
@@ -225,6 +238,145 @@ def test_checkpoint_from_another_configuration_is_refused(fitted, tmp_path, caps
     assert _digest(victim) == before
 
 
+# --- run folders that never lose, mix or silently redo work (issue 22) -------------------------------
+
+
+def _unfinished_copy(fitted, tmp_path, name="copy") -> Path:
+    """The finished run as if killed before its metrics were written."""
+    import shutil
+
+    copy = tmp_path / name
+    shutil.copytree(fitted, copy)
+    (copy / "metrics.json").unlink()
+    return copy
+
+
+def test_a_users_folder_is_refused_and_kept(tmp_path, capsys):
+    folder = tmp_path / "thesis"
+    (folder / "figures").mkdir(parents=True)
+    (folder / "notes.txt").write_text("notes")
+    (folder / "mydata.csv").write_text("1,2\n")
+    (folder / "figures" / "my_thesis_plot.png").write_bytes(b"\x89PNG mine")
+    before = _digest(folder)
+    for extra in ([], ["--overwrite"], ["--resume"]):
+        assert _fit(folder, "--num-steps", "5", *extra) == 2, extra
+        err = capsys.readouterr().err
+        assert "is a folder that grepvi did not make" in err and "Traceback" not in err, err
+    assert _digest(folder) == before and not (folder / ".grepvi-lock").exists()
+
+
+def test_a_second_writer_is_refused_naming_the_first(tmp_path, capsys):
+    out = tmp_path / "busy"
+    holder = runs.RunDirectory(out)
+    holder.acquire()  # another run holds the folder
+    try:
+        assert _fit(out, "--num-steps", "5") == 2
+        err = capsys.readouterr().err
+        assert f"is in use by another grepvi process (pid {os.getpid()}" in err, err
+        assert not (out / "config.json").exists()
+    finally:
+        holder.release()
+
+
+def test_output_problems_are_refused_before_loading_data(tmp_path, capsys, monkeypatch):
+    from grepvi import experiments, run_files
+
+    def no_loading(config):
+        raise AssertionError("the data was loaded before the output folder was checked")
+
+    monkeypatch.setattr(experiments, "load_data", no_loading)
+    (tmp_path / "file").write_text("x")
+    assert _fit(tmp_path / "file" / "run", "--num-steps", "5") == 2
+    assert "is a file, so no folder can be made under it" in capsys.readouterr().err
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(run_files.tempfile, "mkstemp", read_only)  # a read-only folder, even for root
+    assert _fit(tmp_path / "ro", "--num-steps", "5") == 2
+    err = capsys.readouterr().err
+    assert "cannot write in" in err and "Permission denied" in err and "Traceback" not in err
+    assert not (tmp_path / "ro").exists()
+
+
+def test_a_seed_out_of_range_is_refused(tmp_path, capsys):
+    assert _fit(tmp_path / "s", "--num-steps", "5", "--seed", "99999999999999999999") == 2
+    err = capsys.readouterr().err
+    assert "--seed: expected an integer in [0, 2**32), found 99999999999999999999" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_damaged_or_missing_checkpoints_are_refused_with_the_ways_on(fitted, tmp_path, capsys):
+    """Each damage: exit 2, the file named, no traceback nor numpy's words, the folder untouched;
+    the previous generation is offered and, restored, resumes."""
+    copy = _unfinished_copy(fitted, tmp_path)
+    checkpoint = copy / "checkpoint.npz"
+    good = checkpoint.read_bytes()
+    assert not (copy / "checkpoint.prev.npz").exists()  # one checkpoint: nothing to go back to
+    checkpoint.write_bytes(good[:100])
+    assert _fit(copy, "--num-steps", "40", "--resume") == 2
+    assert "or restore it from a backup" in capsys.readouterr().err
+    (copy / "checkpoint.prev.npz").write_bytes(good)  # as a second checkpoint would have kept it
+    random_bytes = np.random.default_rng(1).bytes(len(good))
+    damages = {
+        "truncated": good[: len(good) // 2],
+        "bit-flipped": bytes(b ^ 0x04 if i == len(good) // 2 else b for i, b in enumerate(good)),
+        "empty": b"",
+        "random bytes": random_bytes,
+    }
+    for how, content in damages.items():
+        checkpoint.write_bytes(content)
+        before = _digest(copy)
+        assert _fit(copy, "--num-steps", "40", "--resume") == 2, how
+        err = capsys.readouterr().err
+        assert f"{checkpoint}: the checkpoint" in err and "--overwrite" in err, (how, err)
+        assert "go back to the previous checkpoint (iteration" in err, (how, err)
+        assert "Traceback" not in err and "pickle" not in err, (how, err)
+        assert _digest(copy) == before, how
+    checkpoint.unlink()
+    assert _fit(copy, "--num-steps", "40", "--resume") == 2
+    assert "checkpoint.npz: the checkpoint is missing" in capsys.readouterr().err
+    os.replace(copy / "checkpoint.prev.npz", checkpoint)  # the way on that the message gives
+    assert _fit(copy, "--num-steps", "40", "--resume") == 0
+    assert _strict_json((copy / "metrics.json").read_text())["iterations"] == 40
+
+
+def test_resume_after_an_interrupted_evaluation_trains_no_further(fitted, tmp_path):
+    """Training ended (40 iterations, its last checkpoint written), the evaluation was killed:
+    --resume evaluates and trains no iteration past --num-steps (default procedure)."""
+    copy = _unfinished_copy(fitted, tmp_path)
+    assert _fit(copy, "--num-steps", "40", "--checkpoint-every", "10", "--resume") == 0
+    metrics = _strict_json((copy / "metrics.json").read_text())
+    assert metrics["finished"] and metrics["iterations"] == 40
+    with open(copy / "trace.csv", newline="") as file:
+        assert [int(row["iteration"]) for row in csv.DictReader(file)] == list(range(1, 41))
+
+
+def test_a_write_error_mid_run_ends_with_exit_2_and_the_resume_hint(tmp_path, capsys, monkeypatch):
+    from grepvi import run_files
+
+    out = tmp_path / "full-disk"
+    real = run_files.atomic_write_bytes
+    checkpoints = []
+
+    def failing(path, data):
+        if Path(path).name == "checkpoint.npz":
+            checkpoints.append(path)
+            if len(checkpoints) == 2:
+                raise OSError(28, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(run_files, "atomic_write_bytes", failing)
+    extra = ["--num-steps", "40", "--step-size", "0.1", "--checkpoint-every", "10", "--refit-steps", "0"]
+    assert _fit(out, *extra) == 2
+    err = capsys.readouterr().err
+    assert "writing the run's files failed: [Errno 28] No space left on device" in err, err
+    assert "the last checkpoint: iteration 10" in err and "--resume" in err and "Traceback" not in err
+    monkeypatch.setattr(run_files, "atomic_write_bytes", real)
+    assert _fit(out, *extra, "--resume") == 0
+    assert _strict_json((out / "metrics.json").read_text())["iterations"] == 40
+
+
 # --- interruption: real subprocesses ---------------------------------------------------------------
 
 LONG = [
@@ -323,6 +475,64 @@ def test_sigint_writes_checkpoint_and_metrics_then_resume_matches(uninterrupted,
     assert math.isfinite(metrics["final_elbo"])
     assert cli.main(_command(out, "--resume")[3:]) == 0
     _assert_same_params(_params(out), _params(uninterrupted))
+
+
+def test_sigterm_is_handled_like_sigint(tmp_path):
+    out = tmp_path / "terminated"
+    process = _start_and_wait_for_checkpoint(out)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    stderr = stderr.decode()
+    assert process.returncode == 143, stderr
+    assert "interrupted at iteration" in stderr and "SIGTERM" in stderr and "--resume" in stderr
+    assert "Traceback" not in stderr
+    metrics = _strict_json((out / "metrics.json").read_text())
+    assert metrics["interrupted"] is True and metrics["iterations"] == _checkpoint_iteration(out) < 1000
+    with runs.RunDirectory(out):  # the lock went with the process
+        pass
+
+
+@pytest.mark.slow
+def test_two_quick_sigints_exit_quietly_and_resume(uninterrupted, tmp_path):
+    out = tmp_path / "twice"
+    process = _start_and_wait_for_checkpoint(out)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    stderr = stderr.decode()
+    assert process.returncode == 130, stderr
+    assert "Exception ignored" not in stderr and "Traceback" not in stderr, stderr
+    assert cli.main(_command(out, "--resume")[3:]) == 0
+    _assert_same_params(_params(out), _params(uninterrupted))
+
+
+@pytest.mark.slow
+def test_two_writers_at_once_the_second_is_refused(tmp_path):
+    out = tmp_path / "conc"
+    env = dict(os.environ, GREPVI_COMPILATION_CACHE=CACHE)
+    first = _start_and_wait_for_checkpoint(out)
+    second = subprocess.run(_command(out, "--overwrite", "--seed", "1"), cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert f"in use by another grepvi process (pid {first.pid}" in second.stderr
+    assert json.loads((out / "config.json").read_text())["seed"] == 0  # the first run's, unmixed
+
+
+@pytest.mark.slow
+def test_a_20_second_run_logs_under_20_kb(tmp_path):
+    """Progress to a pipe (not a terminal): one line every few seconds, not one per chunk."""
+    command = [sys.executable, "-m", "grepvi.cli", "fit", *[a for a in TINY if a != "--quiet"],
+               "--estimator", "advi", "--step-size", "0.1", "--time-budget", "20", "--refit-steps", "0",
+               "--out", str(tmp_path / "log")]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, capture_output=True, timeout=600,
+                            env=dict(os.environ, GREPVI_COMPILATION_CACHE=CACHE))  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    metrics = _strict_json((tmp_path / "log" / "metrics.json").read_text())
+    assert metrics["training_time_s"] >= 19 and metrics["iterations"] > 1000
+    assert len(result.stderr) < 20_000, len(result.stderr)
 
 
 def test_subprocess_refusal_has_no_traceback(tmp_path):

@@ -112,7 +112,7 @@ def test_run_directory_rules(tmp_path):
     assert directory.check({"a": 2}, resume=False, overwrite=True) == "fresh"
     (directory.path / "notes.txt").write_text("mine")
     directory.clear()
-    assert sorted(os.listdir(directory.path)) == ["notes.txt"]  # only the run's own files go
+    assert sorted(os.listdir(directory.path)) == [".grepvi-run", "notes.txt"]  # only the run's own files go
     file = tmp_path / "plain"
     file.write_text("x")
     with pytest.raises(ConfigError, match="expected a folder"):

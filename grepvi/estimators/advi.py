@@ -44,12 +44,13 @@ from grepvi.estimators.base import (
     sample_standardized,
     transform_all,
 )
-from grepvi.estimators.grep import _positive_int, multi_sample
+from grepvi.estimators.grep import multi_sample
 from grepvi.families.base import Family
 from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
 from grepvi.families.normal import Normal
 from grepvi.families.simplex_normal import SimplexNormal
+from grepvi.validation import positive_int
 
 __all__ = ["advi", "advi_family", "advi_objective", "ADVI_FAMILIES"]
 
@@ -140,7 +141,7 @@ def advi(
         (:func:`sticking_the_landing`): unbiased, and noise-free at an optimum where the
         posterior is in the family.
     """
-    num_samples = _positive_int(num_samples, "num_samples")
+    num_samples = positive_int(num_samples, "num_samples")
     stl = bool(sticking_the_landing)
     if isinstance(num_elbo_samples, bool) or int(num_elbo_samples) != num_elbo_samples:
         raise ConfigError(f"num_elbo_samples must be an integer, got {num_elbo_samples!r}")

@@ -36,7 +36,8 @@ from grepvi.estimators.base import (
     total_entropy,
     values_from_inputs,
 )
-from grepvi.estimators.grep import _positive_int, average_gradient_variance
+from grepvi.estimators.grep import average_gradient_variance
+from grepvi.validation import positive_int
 
 __all__ = ["bbvi", "score_terms", "control_variate_scale"]
 
@@ -126,7 +127,7 @@ def bbvi(
       compute_variance: report ``gradient_variance``, the per-draw variance of
         ``(f_i - a) h + grad H`` averaged over components (needs ``num_samples > 1``).
     """
-    num_samples = _positive_int(num_samples, "num_samples")
+    num_samples = positive_int(num_samples, "num_samples")
     if isinstance(num_control_samples, bool) or int(num_control_samples) != num_control_samples:
         raise ConfigError(f"num_control_samples must be an integer, got {num_control_samples!r}")
     num_control_samples = int(num_control_samples)

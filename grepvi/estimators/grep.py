@@ -32,6 +32,7 @@ from grepvi.estimators.base import (
     total_entropy,
     transform_all,
 )
+from grepvi.validation import positive_int
 
 __all__ = ["grep", "grep_surrogate", "baseline_log_joints", "average_gradient_variance", "multi_sample"]
 
@@ -114,7 +115,7 @@ def grep(num_samples: int = 1, compute_variance: bool = False, baseline: bool = 
     ``baseline``: subtract :func:`baseline_log_joints` in ``g_corr`` (unbiased; default on).
     ``False`` is the paper's plain estimator.
     """
-    num_samples = _positive_int(num_samples, "num_samples")
+    num_samples = positive_int(num_samples, "num_samples")
 
     def single(rng_key, params, target, baseline_values=None):
         eps = sample_standardized(rng_key, params, target.families)
@@ -135,11 +136,3 @@ def grep(num_samples: int = 1, compute_variance: bool = False, baseline: bool = 
             "baseline": bool(baseline),
         },
     )
-
-
-def _positive_int(value, name):
-    from grepvi.errors import ConfigError
-
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)

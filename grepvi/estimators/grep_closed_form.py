@@ -36,10 +36,11 @@ from grepvi.estimators.base import (
     total_entropy,
     transform_all,
 )
-from grepvi.estimators.grep import _positive_int, multi_sample
+from grepvi.estimators.grep import multi_sample
 from grepvi.families.beta import Beta, _zero_correction_dphi
 from grepvi.families.gamma import Gamma
 from grepvi.families.lognormal import LogNormal
+from grepvi.validation import positive_int
 
 __all__ = ["grep_closed_form"]
 
@@ -110,7 +111,7 @@ def _natural_gradient(family, params, eps, f_prime, f_local):
 @register_estimator("grep-closed-form")
 def grep_closed_form(num_samples: int = 1, compute_variance: bool = False) -> Estimator:
     """G-REP from the supplement's formulas (gamma; beta with zero-correction; log-normal)."""
-    num_samples = _positive_int(num_samples, "num_samples")
+    num_samples = positive_int(num_samples, "num_samples")
 
     def single(rng_key, params, target):
         families = target.families

@@ -36,7 +36,7 @@ from grepvi.estimators.base import (
     register_estimator,
     total_entropy,
 )
-from grepvi.estimators.grep import _positive_int, multi_sample
+from grepvi.estimators.grep import multi_sample
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
@@ -44,6 +44,7 @@ from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
 from grepvi.families.normal import Normal
 from grepvi.families.simplex_normal import SimplexNormal
+from grepvi.validation import positive_int
 
 __all__ = ["implicit", "implicit_latent", "pathwise_surrogate", "PARAMETER_FREE_FAMILIES"]
 
@@ -95,7 +96,7 @@ def pathwise_surrogate(params, latents_fn, target):
 @register_estimator("implicit")
 def implicit(num_samples: int = 1, compute_variance: bool = False) -> Estimator:
     """Implicit reparameterization (Figurnov et al. 2018) averaged over ``num_samples`` draws."""
-    num_samples = _positive_int(num_samples, "num_samples")
+    num_samples = positive_int(num_samples, "num_samples")
 
     def single(rng_key, params, target):
         families = target.families

@@ -58,11 +58,12 @@ from grepvi.estimators.base import (
     register_estimator,
     total_entropy,
 )
-from grepvi.estimators.grep import _positive_int, multi_sample
+from grepvi.estimators.grep import multi_sample
 from grepvi.estimators.implicit import PARAMETER_FREE_FAMILIES
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.validation import positive_int
 
 __all__ = [
     "rsvi",
@@ -221,8 +222,8 @@ def rsvi(
       correction: include ``g_cor`` (unbiased); ``False`` keeps ``g_rep`` only (biased).
       compute_variance: report ``gradient_variance`` (per-draw, needs ``num_samples > 1``).
     """
-    num_samples = _positive_int(num_samples, "num_samples")
-    boost = _positive_int(boost, "boost")
+    num_samples = positive_int(num_samples, "num_samples")
+    boost = positive_int(boost, "boost")
 
     def single(rng_key, params, target):
         families = target.families

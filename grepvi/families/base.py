@@ -42,18 +42,9 @@ class Family(abc.ABC):
     support = "real"
 
     def __post_init__(self):
-        shape = self.shape
-        if isinstance(shape, int):
-            shape = (shape,)
-        try:
-            shape = tuple(int(s) for s in shape)
-        except TypeError as error:
-            raise TypeError(
-                f"{type(self).__name__}: shape must be a tuple of ints, got {self.shape!r}"
-            ) from error
-        if any(s <= 0 for s in shape):
-            raise ValueError(f"{type(self).__name__}: shape must be positive, got {shape}")
-        object.__setattr__(self, "shape", shape)
+        from grepvi.validation import shape as checked_shape
+
+        object.__setattr__(self, "shape", checked_shape(self.shape, f"{type(self).__name__}: shape"))
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
