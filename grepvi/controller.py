@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from grepvi import validation
 from grepvi.errors import ConfigError, NumericalError
 
 __all__ = [
@@ -104,20 +105,10 @@ class AdaptiveSettings(NamedTuple):
 
     def validated(self) -> "AdaptiveSettings":
         for name in ("step_size", "max_kl", "tolerance", "adam_step_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
-            if not math.isfinite(value):
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+            validation.positive_float(getattr(self, name), name)
         for name in ("window", "min_batches", "max_batches", "trial_windows"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or int(value) != value
-                or value < 2
-            ):
-                raise ConfigError(f"{name} must be an integer of at least 2, got {value!r}")
+            if validation.positive_int(getattr(self, name), name) < 2:
+                raise ConfigError(f"{name}: expected an integer of at least 2, found {getattr(self, name)!r}")
         return self
 
 

@@ -99,12 +99,14 @@ class Plan(NamedTuple):
     place: Callable | None = None  # lays a loop state out over a device mesh (data parallel)
 
 
-def make_window(step_fn: Callable, length: int, keep_params: bool = False):
+def make_window(step_fn: Callable, length: int, keep_params: bool = False, track_mean: bool = True):
     """The compiled window of up to ``length`` steps of ``step_fn(state, data) -> (state, info)``.
 
     ``info`` has ``elbo``, ``finite``, ``nonfinite_latents`` and ``extras`` (scalars kept).
     Returns ``window(state, data, active)`` with ``window.length``, ``window.compile(state,
-    data)`` (ahead of time; the first call then runs without compiling).
+    data)`` (ahead of time; the first call then runs without compiling). Without
+    ``track_mean`` (a fixed schedule, which averages nothing) the mean returned is the last
+    iterate and the window does no extra work per step.
     """
 
     def one_step(state, data):
@@ -124,16 +126,19 @@ def make_window(step_fn: Callable, length: int, keep_params: bool = False):
         active = jnp.clip(jnp.asarray(active, jnp.int32), 0, length)
         shapes = jax.eval_shape(one_step, state, data)[1]
         buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((length, *s.shape), s.dtype), shapes)
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params) if track_mean else ()
 
         def body(index, carry):
             state, total, buffers = carry
             state, out = one_step(state, data)
-            total = jax.tree_util.tree_map(jnp.add, total, state.params)
+            if track_mean:
+                total = jax.tree_util.tree_map(jnp.add, total, state.params)
             buffers = jax.tree_util.tree_map(lambda b, v: b.at[index].set(v), buffers, out)
             return state, total, buffers
 
         state, total, outputs = jax.lax.fori_loop(0, active, body, (state, zeros, buffers))
+        if not track_mean:
+            return state, state.params, outputs
         mean = jax.tree_util.tree_map(lambda t: t / jnp.maximum(active, 1).astype(t.dtype), total)
         return state, mean, outputs
 
@@ -199,81 +204,33 @@ def run(
     window.compile(loop, data)
     window(loop, data, 0)  # the first call's own costs (allocation, dispatch) off the probe
     per_step = None
-    while True:
+    while not int(state.reason):
         elapsed = clock() - start
-        if int(state.reason):
-            break
         reason = _cap_reached(state, max_steps, time_budget, elapsed, observers)
-        if reason:
-            state = controller.finish(state, reason)
-            break
         probing = int(state.phase) == controller.TRIAL and int(state.trial_steps) < 0
-        active = PROBE_STEPS if probing else controller.next_window_length(state, plan.window, max_steps)
-        if time_budget is not None and per_step is not None:
-            fits = math.floor((time_budget - elapsed) / per_step)
-            if fits < 1 and int(state.iterations) > 0:
-                state = controller.finish(state, "time_budget")
-                break
-            active = min(active, max(fits, 1))  # a run does at least one step
+        active = _window_length(state, plan, probing, max_steps, time_budget, elapsed, per_step)
+        if reason or active == 0:
+            state = controller.finish(state, reason or "time_budget")
+            break
         window_start = clock()
         new_loop, mean, outputs = window(loop, data, active)
         outputs = _host_outputs(outputs, active)  # waits for the window
         seconds = clock() - window_start
-        per_step = seconds / max(active, 1)
+        per_step = seconds / active
+        ran = _Ran(int(state.iterations), int(state.phase), float(state.step_size), _label(plan, state))
         summary = WindowSummary(outputs["elbo"], outputs["finite"], outputs["nonfinite_latents"], mean)
-        first = int(state.iterations)
-        label = _label(plan, state)
-        phase_ran, rho_ran = int(state.phase), float(state.step_size)
         try:
-            state, next_loop = controller.update(
-                state,
-                summary,
-                new_loop,
-                settings=plan.settings,
-                candidates=plan.candidates,
-                initial_state=plan.initial_state,
-                select=plan.select,
-                distance=plan.distance,
-                latent_names=plan.latent_names,
-            )
-        except NumericalError:  # the run stalled: observers see the window that said so
-            wall = clock() - start
-            stalled = RunState(loop, state, np.float64(wall))
-            event = WindowEvent(
-                first,
-                outputs,
-                stalled,
-                loop,
-                wall,
-                seconds,
-                controller.PHASES[phase_ran],
-                rho_ran,
-                float(state.accuracy),
-                label,
-            )
-            for observer in observers:
-                if not isinstance(observer, StallAware):
-                    observer.on_window(event)
+            state, next_loop = _decide(state, summary, new_loop, plan)
+        except NumericalError:  # the run stalled: observers (not checkpoints) see the window
+            stalled = RunState(loop, state, np.float64(clock() - start))
+            _notify(observers, _event(ran, outputs, stalled, loop, seconds), skip=StallAware)
             raise
         if probing:
             state, next_loop = _size_trial(
                 state, next_loop, plan, time_budget, max_steps, clock() - start, per_step
             )
         wall = clock() - start
-        event = WindowEvent(
-            first_iteration=first,
-            outputs=outputs,
-            run_state=RunState(next_loop, state, np.float64(wall)),
-            previous_loop=loop,
-            wall_time=wall,
-            window_seconds=seconds,
-            phase=controller.PHASES[phase_ran],
-            step_size=rho_ran,
-            accuracy=float(state.accuracy),
-            label=label,
-        )
-        for observer in observers:
-            observer.on_window(event)
+        _notify(observers, _event(ran, outputs, RunState(next_loop, state, np.float64(wall)), loop, seconds))
         start += (clock() - start) - wall  # what observers did is not the run's time
         loop = place(next_loop) if next_loop is not new_loop else next_loop
     final = RunState(loop, state, np.float64(clock() - start))
@@ -281,6 +238,62 @@ def run(
         if hasattr(observer, "on_end"):
             observer.on_end(final)
     return final
+
+
+class _Ran(NamedTuple):
+    """What a window ran: its first iteration, phase, step size and rule."""
+
+    first: int
+    phase: int
+    step_size: float
+    label: str
+
+
+def _window_length(state, plan, probing, max_steps, time_budget, elapsed, per_step) -> int:
+    """Steps of the next window: the probe, the controller's length, clipped to what fits the
+    time budget (0: the budget is spent; a run does at least one step)."""
+    active = PROBE_STEPS if probing else controller.next_window_length(state, plan.window, max_steps)
+    if time_budget is not None and per_step is not None:
+        fits = math.floor((time_budget - elapsed) / per_step)
+        if fits < 1 and int(state.iterations) > 0:
+            return 0
+        active = min(active, max(fits, 1))
+    return active
+
+
+def _decide(state, summary, new_loop, plan):
+    return controller.update(
+        state,
+        summary,
+        new_loop,
+        settings=plan.settings,
+        candidates=plan.candidates,
+        initial_state=plan.initial_state,
+        select=plan.select,
+        distance=plan.distance,
+        latent_names=plan.latent_names,
+    )
+
+
+def _event(ran: _Ran, outputs, run_state: RunState, previous_loop, seconds: float) -> WindowEvent:
+    return WindowEvent(
+        first_iteration=ran.first,
+        outputs=outputs,
+        run_state=run_state,
+        previous_loop=previous_loop,
+        wall_time=float(run_state.wall_time),
+        window_seconds=seconds,
+        phase=controller.PHASES[ran.phase],
+        step_size=ran.step_size,
+        accuracy=float(run_state.controller.accuracy),
+        label=ran.label,
+    )
+
+
+def _notify(observers, event: WindowEvent, skip: type | None = None) -> None:
+    for observer in observers:
+        if skip is None or not isinstance(observer, skip):
+            observer.on_window(event)
 
 
 class StallAware:

@@ -469,7 +469,11 @@ def _evaluate(config, dataset, model, estimator, families, params, directory) ->
         )
         out["refit_steps"] = config.refit_steps
         out["refit_estimator"] = config.refit_estimator
-        out["refit_final_elbo"] = evaluation.best_final_elbo(loglik.refit_elbo)
+        if config.refit_steps == 0:
+            out["refit_final_elbo"] = None
+            out["refit_final_elbo_note"] = "not computed: --refit-steps 0"
+        else:
+            out["refit_final_elbo"] = evaluation.best_final_elbo(loglik.refit_elbo)
     out["test_loglik_per_entry"] = loglik.as_dict()
     out["test_loglik_logmeanexp"] = loglik.logmeanexp
     out["eval_samples"] = config.eval_samples

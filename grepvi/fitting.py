@@ -112,14 +112,7 @@ class Setup(NamedTuple):
 def _resolve_optimizer(optimizer, step_size):
     if optimizer is not None:
         return optimizer
-    if (
-        isinstance(step_size, bool)
-        or not isinstance(step_size, int | float)
-        or not np.isfinite(step_size)
-        or step_size <= 0
-    ):
-        raise ConfigError(f"step_size must be a positive number, got {step_size!r}")
-    return advi_stepsize(learning_rate=float(step_size))
+    return advi_stepsize(learning_rate=validation.positive_float(step_size, "step_size"))
 
 
 def _fisher_distance(families: dict) -> Callable:
@@ -193,7 +186,7 @@ def setup(
         initial_loop = init(key, target, optimizer, init_params)
     if check:
         check_target(target, initial_loop.params, data)
-    window = driver.make_window(step_fn, length, keep_params)
+    window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed)
     names = tuple(sorted(target.families))
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
@@ -366,16 +359,12 @@ def fit(
     seed = validation.seed(seed)  # the boundary's checks: errors in grepvi's words
     data = validation.data_pytree(data)
     fixed = step_size is not None or optimizer is not None
-    if num_steps is not None and (
-        isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1
-    ):
-        raise ConfigError(f"num_steps must be a positive integer, got {num_steps!r}")
-    if time_budget is not None and (
-        isinstance(time_budget, bool)
-        or not isinstance(time_budget, int | float)
-        or not (np.isfinite(time_budget) and time_budget > 0)
-    ):
-        raise ConfigError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
+    if num_steps is not None:
+        num_steps = validation.positive_int(num_steps, "num_steps")
+    if time_budget is not None:
+        time_budget = validation.positive_float(time_budget, "time_budget")
+    if batch_size is not None:
+        batch_size = validation.positive_int(batch_size, "batch_size")
     if fixed and tolerance is not None:
         raise ConfigError(
             "tolerance: applies to the default procedure; with step_size or optimizer the run is a "
@@ -387,33 +376,13 @@ def fit(
     if num_samples is not None:
         options["num_samples"] = num_samples
     estimator = get_estimator(estimator, **options)
-    model = None
-    if (
-        hasattr(logdensity_fn, "target")
-        and hasattr(logdensity_fn, "data")
-        and not isinstance(logdensity_fn, Target)
-    ):
-        model = logdensity_fn
-        data = model.data if data is None else data
-        logdensity_fn = model.target(dict(latents) if latents is not None else None)
-        latents = None
-    if isinstance(logdensity_fn, Target):
-        target = logdensity_fn
-        if latents is not None:
-            target = target._replace(families=dict(latents))
-        if target.takes_data and data is None:
-            raise ConfigError("data: this target takes (latents, data); pass data= (e.g. model.data)")
-    else:
-        target = make_target(
-            logdensity_fn, latents, local_logdensity_fn, takes_data=data is not None, log_space=log_space
-        )
+    target, model, data = _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space)
     target = target._replace(families=estimator.adapt_families(target.families))
     if data is not None:
         data = jax.tree_util.tree_map(jnp.asarray, data)
-    if fixed:
-        max_steps = DEFAULT_FIXED_STEPS if num_steps is None and time_budget is None else num_steps
-    else:
-        max_steps = int(num_steps) if num_steps is not None else (None if time_budget else DEFAULT_MAX_STEPS)
+    max_steps = num_steps
+    if num_steps is None and time_budget is None:
+        max_steps = DEFAULT_FIXED_STEPS if fixed else DEFAULT_MAX_STEPS
     if tolerance is not None:
         settings = (settings or AdaptiveSettings())._replace(tolerance=tolerance)
     prepared = setup(
@@ -436,16 +405,12 @@ def fit(
     start = prepared.initial
     if resume is not None:
         start = driver.resumable(driver.from_storage(prepared.initial, driver.to_storage(resume), "resume"))
-    names = tuple(sorted(target.families))
-    trace = driver.TraceObserver(names, float(start.wall_time))
-    observers = [trace]
-    show = progress if progress is not None else (max_steps is None or max_steps >= 1000)
-    if show:
+    trace = driver.TraceObserver(tuple(sorted(target.families)), float(start.wall_time))
+    observers = [trace] + ([] if callback is None else [_CallbackObserver(callback)])
+    if progress if progress is not None else (max_steps is None or max_steps >= 1000):
         observers.append(
             driver.ProgressObserver(max_steps, f"fit[{estimator.name}]", int(start.controller.iterations))
         )
-    if callback is not None:
-        observers.append(_CallbackObserver(callback))
     try:
         final = driver.run(
             prepared.window,
@@ -459,7 +424,13 @@ def fit(
     except NumericalError:
         _warn_skipped(trace, int(trace.arrays().get("iteration", [0])[-1:].sum()), 0)
         raise
-    plan = prepared.plan
+    return _result(prepared, final, trace, fixed)
+
+
+def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver, fixed: bool) -> FitResult:
+    """The :class:`FitResult` of a finished run (warning where it did not converge or skipped
+    steps)."""
+    plan, target = prepared.plan, prepared.target
     convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
     params = controller.answer(final.controller, final.loop, settings=plan.settings)
     arrays = trace.arrays()
@@ -467,18 +438,44 @@ def fit(
     result_trace = Trace(
         elbo=arrays.get("elbo", np.zeros(0)), wall_time=arrays.get("wall_time", np.zeros(0)), extras=extras
     )
-    _warn(trace, convergence, estimator, fixed)
+    _warn(trace, convergence, prepared.estimator, fixed)
     posterior = {name: Posterior(family, params[name]) for name, family in target.families.items()}
     return FitResult(
         params=params,
         families=target.families,
         posterior=posterior,
         trace=result_trace,
-        estimator=estimator.name,
+        estimator=prepared.estimator.name,
         state=final.loop._replace(params=params),
         convergence=convergence,
         run_state=final,
     )
+
+
+def _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space):
+    """``(target, model or None, data)`` from what ``fit`` was given: a function and its
+    latents, a :class:`~grepvi.Target`, or a :class:`~grepvi.models.Model`."""
+    model = None
+    if (
+        hasattr(logdensity_fn, "target")
+        and hasattr(logdensity_fn, "data")
+        and not isinstance(logdensity_fn, Target)
+    ):
+        model = logdensity_fn
+        data = model.data if data is None else data
+        logdensity_fn = model.target(dict(latents) if latents is not None else None)
+        latents = None
+    if isinstance(logdensity_fn, Target):
+        target = logdensity_fn
+        if latents is not None:
+            target = target._replace(families=dict(latents))
+        if target.takes_data and data is None:
+            raise ConfigError("data: this target takes (latents, data); pass data= (e.g. model.data)")
+    else:
+        target = make_target(
+            logdensity_fn, latents, local_logdensity_fn, takes_data=data is not None, log_space=log_space
+        )
+    return target, model, data
 
 
 class _CallbackObserver:

@@ -50,7 +50,8 @@ def stop_signal() -> int | None:
 
 class SignalCatcher:
     """Turns SIGINT and SIGTERM into a stop at the next window boundary (main thread only);
-    a second signal while stopping is ignored (the checkpoint is being written)."""
+    a second signal stops at once (``KeyboardInterrupt``; the command line exits quietly, the
+    last checkpoint kept)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -65,9 +66,10 @@ class SignalCatcher:
         return self
 
     def _handle(self, signum, frame):
-        if self.caught is None:
-            self.caught = signal.Signals(signum).name
-            _last_stop_signal[0] = int(signum)
+        if self.caught is not None:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.caught = signal.Signals(signum).name
+        _last_stop_signal[0] = int(signum)
 
     def on_window(self, event) -> None:
         pass
@@ -77,7 +79,7 @@ class SignalCatcher:
 
     def __exit__(self, *exc):
         for number, handler in self.previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         return False
 
 
