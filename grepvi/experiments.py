@@ -246,16 +246,21 @@ def _last_checkpoint(directory) -> str:
     return "none" if checkpoint is None else f"iteration {checkpoint.iterations_done}"
 
 
-def _training_done(config, run_state, so_far) -> bool:
-    """Training reached its end before this call (e.g. interrupted during the evaluation)."""
+def _training_end(config, run_state, so_far) -> str | None:
+    """Why training had already ended before this call (e.g. interrupted during the
+    evaluation), or None: a converged run, the cap on iterations (counted by the run), the
+    time budget spent."""
     state = run_state.controller
     done = int(state.iterations)
-    return (
-        bool(so_far.get("training_finished"))
-        or controller.REASONS[int(state.reason)] == "converged"
-        or remaining_steps(config.num_steps, done) == 0
-        or bool(config.time_budget is not None and done and float(run_state.wall_time) >= config.time_budget)
-    )
+    if controller.REASONS[int(state.reason)] == "converged":
+        return "converged"
+    if remaining_steps(config.num_steps, done) == 0:
+        return "max_steps"
+    if config.time_budget is not None and done and float(run_state.wall_time) >= config.time_budget:
+        return "time_budget"
+    if so_far.get("training_finished"):
+        return (so_far.get("convergence") or {}).get("reason") or "max_steps"
+    return None
 
 
 def _write_run(
@@ -301,7 +306,9 @@ def _write_run(
         seconds=config.checkpoint_seconds,
     )
     final = run_state
-    if _training_done(config, run_state, so_far):
+    ended = _training_end(config, run_state, so_far)
+    if ended:
+        final = run_state._replace(controller=controller.finish(run_state.controller, ended))
         _say(f"{out}: training already reached its end at iteration {int(run_state.controller.iterations)}; "
              "evaluating", quiet)  # fmt: skip
     else:

@@ -97,7 +97,9 @@ def _largest_relative_change(family, params, direction, rho):
     """Per batch element, the largest ``|d theta| / theta`` that the step ``rho * direction``
     makes in a positive parameter (first order), or 0 where the family has none."""
     batch_ndim = len(family.batch_shape)
-    largest = jnp.zeros(family.batch_shape, jnp.float32)
+    # the batch shape of these parameters (a minibatch's rows of a local latent: fewer rows)
+    shape = jnp.shape(jax.tree_util.tree_leaves(params)[0])[:batch_ndim]
+    largest = jnp.zeros(shape, jnp.float32)
     for key in family.positive_parameters:
         change = rho * jnp.abs(direction[key]) * _relative_rate(params[key])
         change = (

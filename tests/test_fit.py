@@ -175,8 +175,9 @@ def test_the_default_procedure_skips_nonfinite_steps_and_says_which_latent():
 
 
 def test_the_default_procedure_stops_a_stalled_run_naming_the_latent():
-    with pytest.raises(grepvi.NumericalError, match=r"\['rate'\].*stalled"):
-        grepvi.fit(_nan_grad, {"rate": grepvi.Gamma(shape=(2,))}, progress=False)
+    with pytest.warns(grepvi.errors.NonFiniteStepWarning):  # the skipped steps, summarized first
+        with pytest.raises(grepvi.NumericalError, match=r"\['rate'\].*stalled"):
+            grepvi.fit(_nan_grad, {"rate": grepvi.Gamma(shape=(2,))}, progress=False)
 
 
 def test_a_stalled_run_raises_numerical_error_naming_the_latent():
