@@ -46,7 +46,7 @@ import numpy as np
 from grepvi.errors import ModelError
 from grepvi.estimators.base import Target
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
-from grepvi.families.base import Family
+from grepvi.families.base import Family, from_log_space, to_log_space
 from grepvi.families.transformed import Affine, TransformedNormal
 from grepvi.models.factors import Factor, LogJoint, log_joint
 
@@ -105,7 +105,10 @@ class NumPyroModel(NamedTuple):
       data: the model's array arguments (a pytree; an argument of every compiled program).
       families: the variational family of every latent site.
       sites: :class:`SiteInfo` of every sample site.
-      logdensity_fn, local_logdensity_fn: functions of ``(latents, data)``.
+      logdensity_fn, local_logdensity_fn: functions of ``(latents, data)``, the latents as
+        values ``z``; ``joint``'s functions take them in log space (``log z`` for positive and
+        simplex sites, ``logit z`` for unit-interval ones, ``z`` otherwise), as ``target()``
+        and ``fit()`` hand them.
       subsampled: the plates with ``subsample_size`` (:class:`SubsampledPlate`), by name.
         NumPyro scales their sites by ``size / subsample_size``, so each evaluation is an
         unbiased estimate of the full log joint; grepvi's minibatch driver is to gather the
@@ -137,23 +140,43 @@ class NumPyroModel(NamedTuple):
     def latents(self) -> dict[str, Family]:
         return dict(self.families)
 
+    def check_spaces(self, families: dict) -> None:
+        """ModelError where a family would hand its site in another space than the adapter's
+        family (the log-space factors read ``log z`` of a positive or simplex site, ``logit z``
+        of a unit-interval one, ``z`` otherwise)."""
+        for name, family in families.items():
+            if name in self.families and _space(family.support) != _space(self.families[name].support):
+                raise ModelError(
+                    f"latents[{name!r}]: {type(family).__name__} (support {family.support!r}) reads the site "
+                    f"in another space than {type(self.families[name]).__name__}; give it with "
+                    "from_numpyro(..., families=...) instead"
+                )
+
     def target(self, families: dict | None = None, use_local: bool = True) -> Target:
+        """The log-space :class:`~grepvi.Target` (``joint``'s functions; ``log_space=True``)."""
         families = self.latents() if families is None else dict(families)
+        self.check_spaces(families)
         return Target(
-            self.logdensity_fn, families, self.local_logdensity_fn if use_local else None, takes_data=True
+            self.joint.logdensity_fn,
+            families,
+            self.joint.local_logdensity_fn if use_local else None,
+            takes_data=True,
+            log_space=True,
         )
 
     def fit(self, estimator="grep", **options):
-        """``grepvi.fit`` of this model (its data, local log joints and families)."""
+        """``grepvi.fit`` of this model (its data, local log joints and families), in log space."""
         from grepvi.fitting import fit
 
         families = options.pop("latents", None) or self.latents()
+        self.check_spaces(families)
         return fit(
-            self.logdensity_fn,
+            self.joint.logdensity_fn,
             families,
             estimator,
             data=self.data,
-            local_logdensity_fn=self.local_logdensity_fn,
+            local_logdensity_fn=self.joint.local_logdensity_fn,
+            log_space=True,
             **options,
         )
 
@@ -380,9 +403,53 @@ def _transformed_normal(site, support, shape):
         ) from error
 
 
-def _site_log_prob(site):
-    """The site's ``log_prob`` over its batch shape, masked and scaled as NumPyro does."""
-    value = site["fn"].log_prob(site["value"])
+def _space(support) -> str:
+    """How a family's latent reaches a log-space target: ``"log"``, ``"logit"`` or ``"value"``."""
+    return {"positive": "log", "simplex": "log", "unit_interval": "logit"}.get(support, "value")
+
+
+def _log_space_log_prob(fn, u, space):
+    """``log p(z)`` of a latent site's own distribution from ``u = log z`` (or ``logit z``) in
+    closed form, where ``fn`` allows it: exact where ``z = exp(u)`` underflows (a gamma draw of
+    shape 0.1 below 1e-38). ``None``: evaluate ``fn.log_prob`` at ``z``."""
+    import numpyro.distributions as dist
+    from jax.scipy.special import betaln, gammaln
+
+    event_sum = 0
+    while True:
+        if isinstance(fn, dist.ExpandedDistribution):
+            fn = fn.base_dist
+        elif isinstance(fn, dist.Independent):
+            event_sum += fn.reinterpreted_batch_ndims
+            fn = fn.base_dist
+        else:
+            break
+    value = None
+    if space == "log" and type(fn) is dist.Gamma:
+        a, rate = fn.concentration, fn.rate
+        value = a * jnp.log(rate) - gammaln(a) + (a - 1.0) * u - rate * jnp.exp(u)
+    elif space == "log" and type(fn) is dist.Exponential:
+        value = jnp.log(fn.rate) - fn.rate * jnp.exp(u)
+    elif space == "log" and type(fn) is dist.LogNormal:
+        value = dist.Normal(fn.loc, fn.scale).log_prob(u) - u
+    elif space == "log" and type(fn) is dist.InverseGamma:
+        a, rate = fn.concentration, fn.rate
+        value = a * jnp.log(rate) - gammaln(a) - (a + 1.0) * u - rate * jnp.exp(-u)
+    elif space == "logit" and type(fn) is dist.Beta:
+        a, b = fn.concentration1, fn.concentration0
+        value = (a - 1.0) * jax.nn.log_sigmoid(u) + (b - 1.0) * jax.nn.log_sigmoid(-u) - betaln(a, b)
+    elif space == "log" and type(fn) is dist.Dirichlet:
+        alpha = fn.concentration
+        value = jnp.sum((alpha - 1.0) * u, -1) + gammaln(jnp.sum(alpha, -1)) - jnp.sum(gammaln(alpha), -1)
+    if value is None:
+        return None
+    return jnp.sum(value, tuple(range(-event_sum, 0))) if event_sum else value
+
+
+def _site_log_prob(site, log_prob=None):
+    """The site's ``log_prob`` over its batch shape, masked and scaled as NumPyro does
+    (``log_prob``: the value computed elsewhere, e.g. from the log-space draw)."""
+    value = site["fn"].log_prob(site["value"]) if log_prob is None else log_prob
     if site.get("mask") is not None:
         value = jnp.where(site["mask"], value, 0.0)
     if site.get("scale") is not None:
@@ -472,9 +539,25 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         for name, info in latent_sites.items()
     }
 
+    spaces = {name: _space(family.support) for name, family in chosen.items()}
+    supports = {name: family.support for name, family in chosen.items()}
+
     def factor(name, info):
+        # The factors take the latents in log space (``log z``, ``logit z``, else ``z``): the
+        # model's code gets ``z`` clamped to float's normal range (finite ``log z``, ``c / z``),
+        # and a latent site's own density comes from the exact log-space draw where its
+        # distribution has a closed form there (gamma, exponential, log-normal, inverse gamma,
+        # beta, Dirichlet).
         def fn(latents, data):
-            value = _site_log_prob(trace_model(latents, data)[name])
+            values = {
+                key: from_log_space(u, supports[key]) if spaces.get(key, "value") != "value" else u
+                for key, u in latents.items()
+            }
+            site = trace_model(values, data)[name]
+            own = None
+            if name in latents and spaces.get(name, "value") != "value":
+                own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
+            value = _site_log_prob(site, own)
             return jnp.broadcast_to(
                 value, tuple(axis_sizes[a] for a in info.axes[: len(info.axes) - info.event_ndim])
             )
@@ -488,13 +571,20 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         event_ndims={name: info.event_ndim for name, info in latent_sites.items()},
         data_example=data,
     )
+
+    def to_inputs(latents):
+        return {
+            key: to_log_space(z, supports[key]) if spaces.get(key, "value") != "value" else z
+            for key, z in latents.items()
+        }
+
     return NumPyroModel(
         joint=joint,
         data=data,
         families=chosen,
         sites=sites,
-        logdensity_fn=joint.logdensity_fn,
-        local_logdensity_fn=joint.local_logdensity_fn,
+        logdensity_fn=lambda latents, data: joint.logdensity_fn(to_inputs(latents), data),
+        local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
         subsampled=_subsampled_plates(trace_model, data),
     )
 

@@ -78,12 +78,12 @@ def darwin_model(differences):
         numpyro.sample("d", dist.Normal(mu, sigma), obs=differences)
 
 
-def poll_model(counts):
+def poll_model(counts, total_count):
     import numpyro
     import numpyro.distributions as dist
 
     weights = numpyro.sample("weights", dist.Dirichlet(np.ones(3, np.float32)))
-    numpyro.sample("y", dist.Multinomial(total_count=int(counts.sum()), probs=weights), obs=counts)
+    numpyro.sample("y", dist.Multinomial(total_count=total_count, probs=weights), obs=counts)
 
 
 def eight_schools_model(effects, standard_errors):
@@ -151,7 +151,7 @@ ZOO = {
     "rats": (rats_model, (np.asarray(RATS_TUMORS, _F), np.asarray(RATS_SIZES, _F))),
     "newcomb": (newcomb_model, (np.asarray(NEWCOMB, _F),)),
     "darwin": (darwin_model, (np.asarray([49, -67, 8, 16, 6, 23, 28, 41, 14, 29, 56, 24, 75, 60, -48], _F),)),
-    "poll": (poll_model, (np.asarray([727, 583, 137], _F),)),
+    "poll": (poll_model, (np.asarray([727, 583, 137], _F), 1447)),
     "eight_schools": (
         eight_schools_model,
         (np.asarray([28, 8, -3, 7, -1, 1, 18, 12], _F), np.asarray([15, 10, 16, 11, 9, 11, 10, 18], _F)),

@@ -577,3 +577,60 @@ def test_numpyros_trace_elbo_on_grep_guide_is_unbiased():
     z = (grad_a.mean(0) - grad_b.mean(0)) / se
     assert np.max(np.abs(z)) < TOLERANCE, np.round(z, 2)
     assert abs(loss_a.mean() - loss_b.mean()) < TOLERANCE * np.sqrt(loss_a.var() / n + loss_b.var() / n)
+
+
+# --- log space: each latent site's own density from the log-space draw ------------------------
+
+
+def test_a_sites_own_density_comes_from_the_log_space_draw():
+    """``joint``'s functions take ``log z`` (positive, simplex) and ``logit z`` (unit interval);
+    a gamma, exponential, log-normal, inverse-gamma, beta or Dirichlet site's own density is
+    computed from it in closed form, exact where ``z`` underflows float32 (``log z = -200``);
+    the model's code sees ``z`` clamped (finite)."""
+    from jax.scipy.special import gammaln
+
+    def model():
+        z = numpyro.sample("z", dist.Gamma(0.1, 2.0))
+        e = numpyro.sample("e", dist.Exponential(3.0))
+        ln = numpyro.sample("ln", dist.LogNormal(0.5, 2.0))
+        ig = numpyro.sample("ig", dist.InverseGamma(2.0, 1.0))
+        b = numpyro.sample("b", dist.Beta(0.5, 3.0))
+        w = numpyro.sample("w", dist.Dirichlet(jnp.asarray([0.2, 1.0, 2.0])))
+        numpyro.sample("obs", dist.Normal(jnp.log(z) + e + ln + ig + b + w[0], 1.0), obs=0.0)
+
+    adapted = from_numpyro(model)
+    u = {
+        "z": jnp.asarray(-200.0),
+        "e": jnp.asarray(-150.0),
+        "ln": jnp.asarray(-120.0),
+        "ig": jnp.asarray(3.0),
+        "b": jnp.asarray(-100.0),
+        "w": jnp.asarray([-300.0, -1.0, -0.3132617]),
+    }
+    local = adapted.joint.local_logdensity_fn(u, adapted.data)
+    assert all(np.all(np.isfinite(np.asarray(v))) for v in local.values())
+    factors = {factor.name: factor for factor in adapted.joint.factors}
+    own = {name: factors[name].fn(u, adapted.data) for name in u}
+    expected_z = 0.1 * np.log(2.0) - float(gammaln(0.1)) + (0.1 - 1.0) * -200.0 - 2.0 * np.exp(-200.0)
+    assert float(own["z"]) == pytest.approx(expected_z, rel=1e-6)
+    assert float(own["e"]) == pytest.approx(np.log(3.0), rel=1e-6)
+    expected_ln = -0.5 * ((-120.0 - 0.5) / 2.0) ** 2 - np.log(2.0) - 0.5 * np.log(2 * np.pi) + 120.0
+    assert float(own["ln"]) == pytest.approx(expected_ln, rel=1e-6)
+    expected_b = (
+        (0.5 - 1.0) * -100.0
+        + (3.0 - 1.0) * -np.log1p(np.exp(-100.0))
+        + float(gammaln(3.5) - gammaln(0.5) - gammaln(3.0))
+    )
+    assert float(own["b"]) == pytest.approx(expected_b, rel=1e-5)
+    alpha = np.asarray([0.2, 1.0, 2.0])
+    expected_w = float(
+        np.sum((alpha - 1) * np.asarray(u["w"])) + gammaln(alpha.sum()) - np.sum(gammaln(alpha))
+    )
+    assert float(own["w"]) == pytest.approx(expected_w, rel=1e-5)
+    # The value-space functions are the same functions of z where z is representable.
+    z = {"z": 0.3, "e": 0.2, "ln": 1.5, "ig": 2.0, "b": 0.4, "w": jnp.asarray([0.2, 0.3, 0.5])}
+    z = {k: jnp.asarray(v) for k, v in z.items()}
+    from numpyro.infer.util import log_density
+
+    direct = log_density(model, (), {}, z)[0]
+    assert float(adapted.logdensity_fn(z, adapted.data)) == pytest.approx(float(direct), rel=1e-5)
