@@ -40,11 +40,11 @@ import numpy as np
 from grepvi import _math
 from grepvi.families.base import Family
 from grepvi.families.location_scale import HALF_LOG_2PI, gaussian_fisher_diagonal
-from grepvi.families.logitnormal import _NODES, _WEIGHTS
 
 __all__ = ["Affine", "TransformedNormal", "MOMENT_DRAWS"]
 
 MOMENT_DRAWS = 4096  # Monte Carlo draws of a TransformedNormal's mean and variance
+_NODES, _WEIGHTS = np.polynomial.hermite.hermgauss(64)  # Gauss-Hermite, as grepvi.families.logitnormal
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
