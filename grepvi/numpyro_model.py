@@ -45,18 +45,29 @@ import numpy as np
 
 from grepvi.errors import ModelError
 from grepvi.estimators.base import Target
-from grepvi.families import Beta, Dirichlet, Gamma, LogNormal, Normal
-from grepvi.families.base import Family
+from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
+from grepvi.families.base import Family, from_log_space, to_log_space
+from grepvi.families.transformed import Affine, TransformedNormal
 from grepvi.models.factors import Factor, LogJoint, log_joint
 
-__all__ = ["NumPyroModel", "SiteInfo", "from_numpyro", "family_for_support", "FAMILY_NAMES"]
+__all__ = [
+    "NumPyroModel",
+    "SiteInfo",
+    "SubsampledPlate",
+    "from_numpyro",
+    "family_for_support",
+    "family_support",
+    "FAMILY_NAMES",
+]
 
 FAMILY_NAMES = {
     "gamma": Gamma,
     "lognormal": LogNormal,
     "beta": Beta,
+    "logitnormal": LogitNormal,
     "dirichlet": Dirichlet,
     "normal": Normal,
+    "transformed-normal": TransformedNormal,
 }
 
 
@@ -69,6 +80,21 @@ class SiteInfo(NamedTuple):
     shape: tuple[int, ...]
     event_ndim: int
     support: Any
+    plates: tuple = ()  # (name, size, dim) of each plate the site is inside (NumPyro's frames)
+
+
+class SubsampledPlate(NamedTuple):
+    """A plate with ``subsample_size``: the model sees ``subsample_size`` of ``size`` rows.
+
+    ``data_axes``: for each of the model's data arrays (``NumPyroModel.data``, in order), the
+    axes whose length is ``size`` (where the plate's rows live; a user indexes them with the
+    plate's indices)."""
+
+    name: str
+    size: int
+    subsample_size: int
+    dim: int
+    data_axes: tuple
 
 
 class NumPyroModel(NamedTuple):
@@ -79,7 +105,14 @@ class NumPyroModel(NamedTuple):
       data: the model's array arguments (a pytree; an argument of every compiled program).
       families: the variational family of every latent site.
       sites: :class:`SiteInfo` of every sample site.
-      logdensity_fn, local_logdensity_fn: functions of ``(latents, data)``.
+      logdensity_fn, local_logdensity_fn: functions of ``(latents, data)``, the latents as
+        values ``z``; ``joint``'s functions take them in log space (``log z`` for positive and
+        simplex sites, ``logit z`` for unit-interval ones, ``z`` otherwise), as ``target()``
+        and ``fit()`` hand them.
+      subsampled: the plates with ``subsample_size`` (:class:`SubsampledPlate`), by name.
+        NumPyro scales their sites by ``size / subsample_size``, so each evaluation is an
+        unbiased estimate of the full log joint; grepvi's minibatch driver is to gather the
+        rows (``batch_size``) itself.
     """
 
     joint: LogJoint
@@ -88,27 +121,62 @@ class NumPyroModel(NamedTuple):
     sites: dict[str, SiteInfo]
     logdensity_fn: Callable
     local_logdensity_fn: Callable
+    subsampled: dict = {}
+
+    @property
+    def latent_axes(self) -> dict[str, tuple[str, ...]]:
+        """``{latent: axis names}`` (plates, then event axes): for
+        :func:`grepvi.arviz_io.to_inference_data`."""
+        return self.joint.latent_axes
+
+    @property
+    def batch_size(self) -> int | None:
+        """The ``subsample_size`` of the model's subsampled plate (``None``: none)."""
+        if not self.subsampled:
+            return None
+        sizes = {plate.subsample_size for plate in self.subsampled.values()}
+        return sizes.pop() if len(sizes) == 1 else None
 
     def latents(self) -> dict[str, Family]:
         return dict(self.families)
 
+    def check_spaces(self, families: dict) -> None:
+        """ModelError where a family would hand its site in another space than the adapter's
+        family (the log-space factors read ``log z`` of a positive or simplex site, ``logit z``
+        of a unit-interval one, ``z`` otherwise)."""
+        for name, family in families.items():
+            if name in self.families and _space(family.support) != _space(self.families[name].support):
+                raise ModelError(
+                    f"latents[{name!r}]: {type(family).__name__} (support {family.support!r}) reads the site "
+                    f"in another space than {type(self.families[name]).__name__}; give it with "
+                    "from_numpyro(..., families=...) instead"
+                )
+
     def target(self, families: dict | None = None, use_local: bool = True) -> Target:
+        """The log-space :class:`~grepvi.Target` (``joint``'s functions; ``log_space=True``)."""
         families = self.latents() if families is None else dict(families)
+        self.check_spaces(families)
         return Target(
-            self.logdensity_fn, families, self.local_logdensity_fn if use_local else None, takes_data=True
+            self.joint.logdensity_fn,
+            families,
+            self.joint.local_logdensity_fn if use_local else None,
+            takes_data=True,
+            log_space=True,
         )
 
     def fit(self, estimator="grep", **options):
-        """``grepvi.fit`` of this model (its data, local log joints and families)."""
+        """``grepvi.fit`` of this model (its data, local log joints and families), in log space."""
         from grepvi.fitting import fit
 
         families = options.pop("latents", None) or self.latents()
+        self.check_spaces(families)
         return fit(
-            self.logdensity_fn,
+            self.joint.logdensity_fn,
             families,
             estimator,
             data=self.data,
-            local_logdensity_fn=self.local_logdensity_fn,
+            local_logdensity_fn=self.joint.local_logdensity_fn,
+            log_space=True,
             **options,
         )
 
@@ -141,42 +209,247 @@ def _split_arguments(args, kwargs):
     return data, rebuild
 
 
-def family_for_support(site: str, support, shape, event_ndim: int, choice=None) -> Family:
-    """The family of a latent site: ``choice`` (a family or a name), else by its support."""
+def _bounds(constraint):
+    """``(lower, upper)`` float64 arrays of a scalar interval-like constraint, else ``None``.
+
+    Open and closed ends are not told apart: the families' supports are open intervals, which
+    lie inside either."""
     from numpyro.distributions import constraints
 
-    if isinstance(choice, Family):
-        if tuple(choice.shape) != tuple(shape):
-            raise ModelError(f"site {site!r}: the family's shape {choice.shape} is not the site's {shape}")
-        return choice
+    if constraint is constraints.real:
+        return np.float64(-np.inf), np.float64(np.inf)
+    if isinstance(constraint, constraints.interval):  # unit_interval, open_interval, circular
+        lower, upper = constraint.lower_bound, constraint.upper_bound
+    elif isinstance(constraint, constraints.greater_than):  # positive, nonnegative, softplus_positive
+        lower, upper = constraint.lower_bound, np.inf
+    elif isinstance(constraint, constraints.less_than):
+        lower, upper = -np.inf, constraint.upper_bound
+    else:
+        return None
+    try:
+        return np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+    except (TypeError, jax.errors.TracerArrayConversionError):  # bounds that are traced values
+        return None
+
+
+def _describe_bounds(lower, upper) -> str:
+    def show(x):
+        x = np.unique(np.asarray(x))
+        return f"{x[0]:g}" if x.size == 1 else f"[{x.min():g}..{x.max():g}]"
+
+    return f"({show(lower)}, {show(upper)})"
+
+
+def family_support(family: Family):
+    """A family's support as ``(lower, upper)`` arrays, ``"simplex"``, a NumPyro constraint
+    (:class:`~grepvi.families.transformed.TransformedNormal`), or ``None`` (unknown)."""
+    if isinstance(family, Affine):
+        return family.bounds()
+    if isinstance(family, TransformedNormal):
+        return family.constraint
+    return {
+        "positive": (np.float64(0.0), np.float64(np.inf)),
+        "unit_interval": (np.float64(0.0), np.float64(1.0)),
+        "real": (np.float64(-np.inf), np.float64(np.inf)),
+    }.get(family.support, family.support if family.support == "simplex" else None)
+
+
+def _support_text(support) -> str:
+    if isinstance(support, tuple):
+        return _describe_bounds(*support)
+    return str(support)
+
+
+def _check_inside(site, family, support, shape, hint=True) -> Family:
+    """``family`` if its support lies inside the site's ``support``, else ModelError."""
+    from numpyro.distributions import constraints
+
+    ours = family_support(family)
+    if ours is None:  # a user's family with a support grepvi does not know: the user's call
+        return family
     base = support
     while isinstance(base, constraints.independent):
         base = base.base_constraint
+    theirs = _bounds(base)
+    if isinstance(ours, tuple) and theirs is not None:
+        lower, upper = (np.broadcast_to(x, shape) for x in theirs)
+        inside = np.all(lower <= np.broadcast_to(ours[0], shape)) and np.all(
+            np.broadcast_to(ours[1], shape) <= upper
+        )
+    elif ours == "simplex":
+        inside = base is constraints.simplex
+    elif isinstance(ours, constraints.Constraint):
+        inside = type(ours) is type(base) or ours is support
+    else:
+        inside = False
+    if not inside:
+        raise ModelError(
+            f"site {site!r}: the family {type(family).__name__} has support {_support_text(ours)}, "
+            f"which is not inside the site's support {_support_text(theirs) if theirs else support} "
+            f"({support!r})" + (f"; {_hint(site, support, shape)}" if hint else "")
+        )
+    return family
+
+
+def _hint(site, support, shape) -> str:
+    fitting = []
+    for name in sorted(FAMILY_NAMES):
+        try:
+            family_for_support(site, support, shape, 0, name, hint=False)
+        except ModelError:
+            continue
+        fitting.append(name)
+    if not fitting:
+        return "give a grepvi family on the site's support"
+    return f"family names that fit it (placed on the site's support): {fitting}"
+
+
+def _on_bounds(kind, lower, upper, shape):
+    """A family of ``kind`` (``"positive"``: a gamma-like base, ``"unit"``: a beta-like one)
+    placed on ``(lower, upper)`` by an affine map; ``None`` where it does not fit."""
+    lower, upper = np.broadcast_to(lower, shape), np.broadcast_to(upper, shape)
+    lo_finite, hi_finite = np.isfinite(lower), np.isfinite(upper)
+    if kind == "positive":
+        if np.all(lo_finite) and not np.any(hi_finite):
+            return (0.0, 1.0) if np.all(lower == 0) else (lower, 1.0)
+        if np.all(hi_finite) and not np.any(lo_finite):
+            return (upper, -1.0)
+        return None
+    if kind == "unit" and np.all(lo_finite & hi_finite):
+        if np.all(lower == 0) and np.all(upper == 1):
+            return (0.0, 1.0)
+        return (lower, upper - lower)
+    return None
+
+
+_KINDS = {"gamma": "positive", "lognormal": "positive", "beta": "unit", "logitnormal": "unit"}
+
+
+def _placed(base_family, where):
+    loc, scale = where
+    if np.all(np.asarray(loc) == 0) and np.all(np.asarray(scale) == 1):
+        return base_family
+    return Affine(base=base_family, loc=loc, scale=scale)
+
+
+def family_for_support(site: str, support, shape, event_ndim: int, choice=None, hint: bool = True) -> Family:
+    """The family of a latent site: ``choice`` (a family or a name), else by its support.
+
+    By support: ``positive`` -> Gamma; ``greater_than(c)``/``greater_than_eq(c)`` -> ``c +
+    Gamma``; ``less_than(c)`` -> ``c - Gamma``; ``unit_interval`` -> Beta; ``interval(a, b)``
+    -> ``a + (b - a) Beta``; ``simplex`` -> Dirichlet; ``real``/``real_vector`` -> Normal;
+    any other support with a NumPyro bijection (ordered and positive ordered vectors,
+    Cholesky factors, ...) -> :class:`~grepvi.families.transformed.TransformedNormal`.
+
+    A name (``"gamma"``, ``"lognormal"``, ``"beta"``, ``"logitnormal"``, ``"dirichlet"``,
+    ``"normal"``, ``"transformed-normal"``) is placed on the site's support (``"beta"`` on
+    ``Uniform(0, 10)`` is ``10 Beta``); a family instance must have its support inside the
+    site's. Either is refused (ModelError, naming the site, its support and the family's)
+    where it does not fit.
+    """
+    from numpyro.distributions import constraints
+
+    shape = tuple(shape)
+    if isinstance(choice, Family):
+        if tuple(choice.shape) != shape:
+            raise ModelError(f"site {site!r}: the family's shape {choice.shape} is not the site's {shape}")
+        return _check_inside(site, choice, support, shape, hint)
+    base = support
+    while isinstance(base, constraints.independent):
+        base = base.base_constraint
+    bounds = _bounds(base)
     if choice is not None:
         if choice not in FAMILY_NAMES:
             raise ModelError(
                 f"site {site!r}: unknown family {choice!r}; expected a grepvi family or one of "
                 f"{sorted(FAMILY_NAMES)}"
             )
-        return FAMILY_NAMES[choice](shape=tuple(shape))
-    if base == constraints.positive:
-        return Gamma(shape=tuple(shape))
-    if base == constraints.unit_interval:
-        return Beta(shape=tuple(shape))
-    if base == constraints.simplex:
-        return Dirichlet(shape=tuple(shape))
-    if base in (constraints.real, constraints.real_vector):
-        return Normal(shape=tuple(shape))
-    raise ModelError(
-        f"site {site!r}: no variational family for the support {support!r} (positive -> Gamma, "
-        "unit interval -> Beta, simplex -> Dirichlet, real -> Normal); give one with "
-        f"families={{{site!r}: grepvi.<Family>(shape={tuple(shape)})}}"
-    )
+        if choice == "transformed-normal":
+            return _transformed_normal(site, support, shape)
+        try:
+            family = FAMILY_NAMES[choice](shape=shape)
+        except (ValueError, TypeError) as error:
+            raise ModelError(
+                f"site {site!r}: the family {choice!r} does not fit the site (shape {shape}, support "
+                f"{support!r}): {error}"
+            ) from error
+        if choice in _KINDS and bounds is not None:
+            where = _on_bounds(_KINDS[choice], *bounds, shape)
+            if where is not None:
+                return _placed(family, where)
+        return _check_inside(site, family, support, shape, hint)
+    if bounds is not None:
+        lower, upper = bounds
+        if not np.any(np.isfinite(lower)) and not np.any(np.isfinite(upper)):
+            return Normal(shape=shape)
+        for kind, family_class in (("positive", Gamma), ("unit", Beta)):
+            where = _on_bounds(kind, lower, upper, shape)
+            if where is not None:
+                return _placed(family_class(shape=shape), where)
+    if base is constraints.simplex:
+        return Dirichlet(shape=shape)
+    if base is constraints.real:
+        return Normal(shape=shape)
+    return _transformed_normal(site, support, shape)
 
 
-def _site_log_prob(site):
-    """The site's ``log_prob`` over its batch shape, masked and scaled as NumPyro does."""
-    value = site["fn"].log_prob(site["value"])
+def _transformed_normal(site, support, shape):
+    try:
+        return TransformedNormal(shape=shape, constraint=support)
+    except (NotImplementedError, ValueError, TypeError) as error:
+        raise ModelError(
+            f"site {site!r}: no variational family for the support {support!r} ({error}); give one "
+            f"with families={{{site!r}: grepvi.<Family>(shape={shape})}}"
+        ) from error
+
+
+def _space(support) -> str:
+    """How a family's latent reaches a log-space target: ``"log"``, ``"logit"`` or ``"value"``."""
+    return {"positive": "log", "simplex": "log", "unit_interval": "logit"}.get(support, "value")
+
+
+def _log_space_log_prob(fn, u, space):
+    """``log p(z)`` of a latent site's own distribution from ``u = log z`` (or ``logit z``) in
+    closed form, where ``fn`` allows it: exact where ``z = exp(u)`` underflows (a gamma draw of
+    shape 0.1 below 1e-38). ``None``: evaluate ``fn.log_prob`` at ``z``."""
+    import numpyro.distributions as dist
+    from jax.scipy.special import betaln, gammaln
+
+    event_sum = 0
+    while True:
+        if isinstance(fn, dist.ExpandedDistribution):
+            fn = fn.base_dist
+        elif isinstance(fn, dist.Independent):
+            event_sum += fn.reinterpreted_batch_ndims
+            fn = fn.base_dist
+        else:
+            break
+    value = None
+    if space == "log" and type(fn) is dist.Gamma:
+        a, rate = fn.concentration, fn.rate
+        value = a * jnp.log(rate) - gammaln(a) + (a - 1.0) * u - rate * jnp.exp(u)
+    elif space == "log" and type(fn) is dist.Exponential:
+        value = jnp.log(fn.rate) - fn.rate * jnp.exp(u)
+    elif space == "log" and type(fn) is dist.LogNormal:
+        value = dist.Normal(fn.loc, fn.scale).log_prob(u) - u
+    elif space == "log" and type(fn) is dist.InverseGamma:
+        a, rate = fn.concentration, fn.rate
+        value = a * jnp.log(rate) - gammaln(a) - (a + 1.0) * u - rate * jnp.exp(-u)
+    elif space == "logit" and type(fn) is dist.Beta:
+        a, b = fn.concentration1, fn.concentration0
+        value = (a - 1.0) * jax.nn.log_sigmoid(u) + (b - 1.0) * jax.nn.log_sigmoid(-u) - betaln(a, b)
+    elif space == "log" and type(fn) is dist.Dirichlet:
+        alpha = fn.concentration
+        value = jnp.sum((alpha - 1.0) * u, -1) + gammaln(jnp.sum(alpha, -1)) - jnp.sum(gammaln(alpha), -1)
+    if value is None:
+        return None
+    return jnp.sum(value, tuple(range(-event_sum, 0))) if event_sum else value
+
+
+def _site_log_prob(site, log_prob=None):
+    """The site's ``log_prob`` over its batch shape, masked and scaled as NumPyro does
+    (``log_prob``: the value computed elsewhere, e.g. from the log-space draw)."""
+    value = site["fn"].log_prob(site["value"]) if log_prob is None else log_prob
     if site.get("mask") is not None:
         value = jnp.where(site["mask"], value, 0.0)
     if site.get("scale") is not None:
@@ -223,13 +496,15 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     for name, site in first.items():
         if jnp.shape(site["value"]) != jnp.shape(second[name]["value"]):
             raise ModelError(f"site {name!r} changes its shape between traces of the model")
+        if not site["is_observed"]:
+            _check_fixed_support(name, site["fn"].support, second[name]["fn"].support)
 
     sites, axis_sizes = {}, {}
     for name, site in first.items():
         observed = bool(site["is_observed"])
         if not observed and site["fn"].is_discrete:
             raise ModelError(
-                f"site {name!r}: a discrete latent site ({type(site['fn']).__name__}); grepvi fits "
+                f"site {name!r}: a discrete latent site ({_base_name(site['fn'])}); grepvi fits "
                 "continuous latents only (marginalize it, or observe it)"
             )
         batch_shape = batch_shapes[name]
@@ -252,7 +527,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             axis = f"{name}:event{j}"
             axis_sizes[axis] = shape[len(batch_shape) + j]
             axes.append(axis)
-        sites[name] = SiteInfo(name, observed, tuple(axes), shape, event_ndim, site["fn"].support)
+        frames = tuple((frame.name, int(frame.size), int(frame.dim)) for frame in site["cond_indep_stack"])
+        sites[name] = SiteInfo(name, observed, tuple(axes), shape, event_ndim, site["fn"].support, frames)
 
     latent_sites = {name: info for name, info in sites.items() if not info.observed}
     unknown = sorted(set(families) - set(latent_sites))
@@ -263,9 +539,25 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         for name, info in latent_sites.items()
     }
 
+    spaces = {name: _space(family.support) for name, family in chosen.items()}
+    supports = {name: family.support for name, family in chosen.items()}
+
     def factor(name, info):
+        # The factors take the latents in log space (``log z``, ``logit z``, else ``z``): the
+        # model's code gets ``z`` clamped to float's normal range (finite ``log z``, ``c / z``),
+        # and a latent site's own density comes from the exact log-space draw where its
+        # distribution has a closed form there (gamma, exponential, log-normal, inverse gamma,
+        # beta, Dirichlet).
         def fn(latents, data):
-            value = _site_log_prob(trace_model(latents, data)[name])
+            values = {
+                key: from_log_space(u, supports[key]) if spaces.get(key, "value") != "value" else u
+                for key, u in latents.items()
+            }
+            site = trace_model(values, data)[name]
+            own = None
+            if name in latents and spaces.get(name, "value") != "value":
+                own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
+            value = _site_log_prob(site, own)
             return jnp.broadcast_to(
                 value, tuple(axis_sizes[a] for a in info.axes[: len(info.axes) - info.event_ndim])
             )
@@ -279,11 +571,74 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         event_ndims={name: info.event_ndim for name, info in latent_sites.items()},
         data_example=data,
     )
+
+    def to_inputs(latents):
+        return {
+            key: to_log_space(z, supports[key]) if spaces.get(key, "value") != "value" else z
+            for key, z in latents.items()
+        }
+
     return NumPyroModel(
         joint=joint,
         data=data,
         families=chosen,
         sites=sites,
-        logdensity_fn=joint.logdensity_fn,
-        local_logdensity_fn=joint.local_logdensity_fn,
+        logdensity_fn=lambda latents, data: joint.logdensity_fn(to_inputs(latents), data),
+        local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
+        subsampled=_subsampled_plates(trace_model, data),
     )
+
+
+def _base_name(fn) -> str:
+    """The distribution's own name under NumPyro's wrappers (``expand``, ``to_event``, masks)."""
+    while hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    name = type(fn).__name__
+    for suffix in ("Probs", "Logits"):  # dist.Categorical(probs=...) is CategoricalProbs
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def _check_fixed_support(name, first, second):
+    """ModelError where a latent's support moves between two prior draws (its bounds are
+    other latents: ``Uniform(0, tau)``); grepvi's families have a fixed support."""
+    from numpyro.distributions import constraints
+
+    a, b = first, second
+    while isinstance(a, constraints.independent) and isinstance(b, constraints.independent):
+        a, b = a.base_constraint, b.base_constraint
+    bounds_a, bounds_b = _bounds(a), _bounds(b)
+    if bounds_a is None or bounds_b is None:
+        return
+    same = all(
+        np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+        for x, y in zip(bounds_a, bounds_b, strict=True)
+    )
+    if not same:
+        raise ModelError(
+            f"site {name!r}: its support {first!r} depends on other latent values (its bounds differ "
+            "between two prior draws); grepvi's families have a fixed support: write the site on a "
+            "fixed one (e.g. u ~ Uniform(0, 1) and x = tau * u for x ~ Uniform(0, tau))"
+        )
+
+
+def _subsampled_plates(trace_model, data) -> dict:
+    """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
+        trace = trace_model({}, data, 0)
+    out = {}
+    for name, site in trace.items():
+        if site["type"] != "plate":
+            continue
+        size, subsample_size = site["args"][:2]
+        if subsample_size is None or int(subsample_size) >= int(size):
+            continue
+        frame = site["cond_indep_stack"][-1] if site.get("cond_indep_stack") else None
+        dim = int(frame.dim) if frame is not None and frame.dim is not None else -1
+        axes = tuple(
+            tuple(i for i, length in enumerate(jnp.shape(leaf)) if length == int(size)) for leaf in data
+        )
+        out[name] = SubsampledPlate(name, int(size), int(subsample_size), dim, axes)
+    return out

@@ -8,7 +8,10 @@ A NumPyro user changes two lines of a script::
 :class:`GrepGuide` picks each latent site's family from its support (as
 :func:`grepvi.numpyro_model.from_numpyro`: gamma, beta, Dirichlet, normal) and registers the
 families' unconstrained parameters as NumPyro params (``"<site>__<parameter>"``); called as a
-guide (``Predictive``, ``Trace_ELBO``) it draws every site from its family.
+guide (``Predictive``, ``Trace_ELBO``, ``TraceMeanField_ELBO``) it draws every site from its
+family inside the model's plates, as a NumPyro distribution (:func:`numpyro_distribution`:
+NumPyro's own gamma, beta and Dirichlet, whose implicit reparameterization gradients are
+unbiased), so NumPyro's ELBOs fit it correctly too.
 :class:`GrepELBO` is a NumPyro ELBO whose loss is ``-ELBO`` in value and whose gradient is minus
 G-REP with the Markov blankets read off the plates (``g_rep + g_corr + grad H``, paper Eqs.
 7-8, the surrogate of :func:`grepvi.estimators.grep.grep_surrogate`, with the baseline).
@@ -23,13 +26,101 @@ from grepvi.estimators.base import bind_data, sample_standardized
 from grepvi.estimators.grep import baseline_log_joints, grep_surrogate
 from grepvi.numpyro_model import _numpyro, _split_arguments, from_numpyro
 
-__all__ = ["GrepGuide", "GrepELBO"]
+__all__ = ["GrepGuide", "GrepELBO", "numpyro_distribution"]
 
 SEPARATOR = "__"
 
 
+def numpyro_distribution(family, params):
+    """``q(z; v)`` of a grepvi family as a NumPyro distribution (batch shape: the family's).
+
+    Gamma, Beta and Dirichlet are NumPyro's own (their samplers have implicit
+    reparameterization gradients: unbiased under NumPyro's ELBOs); the Gaussian families are
+    transformed Normals (plain reparameterization); :class:`~grepvi.families.transformed.Affine`
+    is NumPyro's ``AffineTransform`` of its base. Other families are wrapped as they are
+    (:class:`FamilyDistribution`).
+    """
+    import numpyro.distributions as dist
+    from numpyro.distributions import transforms
+
+    from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
+    from grepvi.families.transformed import Affine, TransformedNormal
+
+    if isinstance(family, Affine):
+        dtype = jnp.result_type(*jax.tree_util.tree_leaves(params))
+        affine = transforms.AffineTransform(jnp.asarray(family.loc, dtype), jnp.asarray(family.scale, dtype))
+        return dist.TransformedDistribution(numpyro_distribution(family.base, params), affine)
+    natural = family.natural_params(params)
+    if type(family) is Gamma:
+        return dist.Gamma(natural["concentration"], natural["rate"])
+    if type(family) is Beta:
+        return dist.Beta(natural["concentration1"], natural["concentration0"])
+    if type(family) is Dirichlet:
+        return dist.Dirichlet(natural["concentration"])
+    if type(family) is Normal:
+        return dist.Normal(natural["loc"], natural["scale"])
+    if type(family) is LogNormal:
+        return dist.LogNormal(natural["loc"], natural["scale"])
+    if type(family) is LogitNormal:
+        return dist.TransformedDistribution(
+            dist.Normal(natural["loc"], natural["scale"]), transforms.SigmoidTransform()
+        )
+    if isinstance(family, TransformedNormal):
+        base = dist.Normal(natural["loc"], natural["scale"]).to_event(family.unconstrained_event_ndim)
+        return dist.TransformedDistribution(base, family.transform_)
+    return FamilyDistribution(family, params)
+
+
+def _family_distribution_class():
+    import numpyro.distributions as dist
+
+    class FamilyDistribution(dist.Distribution):
+        """A grepvi family as a NumPyro distribution: ``sample`` is ``T(eps; v)`` (pathwise),
+        ``log_prob`` the family's. Its reparameterization gradient is unbiased for a family
+        whose standardized variable does not depend on ``v`` (a location-scale family); for
+        others NumPyro's ELBOs miss G-REP's correction term: use :class:`GrepELBO`."""
+
+        reparametrized_params = []
+
+        def __init__(self, family, params):
+            self.family, self.params = family, params
+            shape = tuple(family.shape)
+            split = len(shape) - family.event_ndim
+            super().__init__(batch_shape=shape[:split], event_shape=shape[split:])
+
+        @property
+        def support(self):
+            from numpyro.distributions import constraints
+
+            return {
+                "positive": constraints.positive,
+                "unit_interval": constraints.unit_interval,
+                "simplex": constraints.simplex,
+            }.get(self.family.support, constraints.real)
+
+        def sample(self, key, sample_shape=()):
+            eps = self.family.sample_standardized(self.params, key, sample_shape)
+            return self.family.transform(self.params, jax.lax.stop_gradient(eps))
+
+        def log_prob(self, value):
+            return self.family.log_prob(self.params, value)
+
+    return FamilyDistribution
+
+
+def FamilyDistribution(family, params):  # noqa: N802 - builds the class (NumPyro is an optional extra)
+    """A grepvi family as a NumPyro distribution (see ``_family_distribution_class``)."""
+    return _family_distribution_class()(family, params)
+
+
 class GrepGuide:
     """A mean-field guide of grepvi's families for ``model`` (see the module docstring).
+
+    Each latent site is drawn inside the model's own plates (same names, sizes and dims), with
+    the site's event dims: NumPyro's ``Trace_ELBO``, ``TraceMeanField_ELBO`` and
+    ``Predictive`` accept it, and their gradients are unbiased (NumPyro's reparameterized
+    samplers of the same ``q``: implicit gradients for gamma, beta and Dirichlet). With
+    :class:`GrepELBO` the gradient is G-REP.
 
     Args:
       model: the NumPyro model.
@@ -48,7 +139,15 @@ class GrepGuide:
         if self.adapted is None:
             _, handlers = _numpyro()
             with handlers.block():  # the model's own trace must not reach an enclosing handler
-                self.adapted = from_numpyro(self.model, *args, families=self.family_choices, **kwargs)
+                adapted = from_numpyro(self.model, *args, families=self.family_choices, **kwargs)
+            for name, site in adapted.sites.items():
+                inside = [plate for plate, *_ in site.plates if plate in adapted.subsampled]
+                if not site.observed and inside:
+                    raise ModelError(
+                        f"GrepGuide: latent site {name!r} is inside the subsampled plate {inside[0]!r}; "
+                        "local latents of a subsampled plate need an amortized guide (not provided)"
+                    )
+            self.adapted = adapted
         return self.adapted
 
     @property
@@ -68,23 +167,30 @@ class GrepGuide:
         return out
 
     def __call__(self, *args, **kwargs):
-        numpyro, _ = _numpyro()
-        import numpyro.distributions as dist
+        import contextlib
 
-        self.setup(*args, **kwargs)
-        keys = jax.random.split(jax.random.key(self.seed), len(self.families))
+        numpyro, _ = _numpyro()
+
+        adapted = self.setup(*args, **kwargs)
+        names = sorted(self.families)
+        keys = dict(zip(names, jax.random.split(jax.random.key(self.seed), len(names)), strict=True))
         draws = {}
-        for key, (site, family) in zip(keys, sorted(self.families.items()), strict=True):
+        # The model's order (NumPyro's TraceMeanField_ELBO checks it).
+        for site in [name for name in adapted.sites if name in self.families]:
+            family, key = self.families[site], keys[site]
             initial = family.init_params(key)
             params = {
                 name: numpyro.param(f"{site}{SEPARATOR}{name}", value) for name, value in initial.items()
             }
-            rng = numpyro.prng_key()
-            value = family.sample(params, rng if rng is not None else key)
-            log_q = jnp.sum(family.log_prob(params, value))
-            draws[site] = numpyro.sample(
-                site, dist.Delta(value, log_density=log_q).to_event(len(family.shape))
-            )
+            info = adapted.sites[site]
+            distribution = numpyro_distribution(family, params)
+            extra = info.event_ndim - len(distribution.event_shape)
+            if extra > 0:
+                distribution = distribution.to_event(extra)
+            with contextlib.ExitStack() as plates:
+                for name, size, dim in info.plates:
+                    plates.enter_context(numpyro.plate(name, size, dim=dim))
+                draws[site] = numpyro.sample(site, distribution)
         return draws
 
 

@@ -103,8 +103,11 @@ def test_what_the_adapter_cannot_handle_is_named():
     def bounded():
         numpyro.sample("u", dist.Uniform(-1.0, 2.0))
 
+    def sphere():
+        numpyro.sample("u", dist.ProjectedNormal(jnp.ones(3)))
+
     with pytest.raises(ModelError, match="site 'u': no variational family for the support"):
-        from_numpyro(bounded)
+        from_numpyro(sphere)
 
     calls = []
 
