@@ -5,7 +5,7 @@ Sections (``--sections``, any of ``def,mf,minibatch``):
 * ``def``: the sparse gamma DEF at the Olivetti size (N=320, D=4096, layers 100/40/15, float32,
   one Monte Carlo sample) on the Olivetti training faces when the data directory has them
   (``--data-dir``, else ``$GREPVI_DATA_DIR``, else ``../shared/data``), else Poisson(3) counts of
-  that shape. Contenders: grepvi G-REP (:func:`grepvi.inference.step` in a jitted ``lax.scan``
+  that shape. Contenders: grepvi G-REP (:func:`grepvi.inference.state.step` in a jitted ``lax.scan``
   of 10 iterations, as :func:`grepvi.fit` runs it; and one jitted step per call), grepvi ADVI
   (gradient draw only, and with its default 20 extra draws for the reported ELBO), Pyro
   (``Trace_ELBO``, gamma guide, PyTorch's pathwise gamma gradients) and NumPyro
@@ -14,14 +14,14 @@ Sections (``--sections``, any of ``def,mf,minibatch``):
   The *floor* is timed in the same loop from the parts of one G-REP iteration: the three
   ``320 x 100 x 4096`` matmuls (the Poisson rate and its two gradients), 463,800 log-gamma
   draws (:func:`grepvi.sampling.log_gamma`), digamma, trigamma, tetragamma and lgamma over
-  463,800 elements (:mod:`grepvi._math`), and one fused elementwise pass over the ``N x D``
+  463,800 elements (:mod:`grepvi.numerics`), and one fused elementwise pass over the ``N x D``
   likelihood (value and gradient) and over the 463,800 parameters (each part jitted alone;
   the floor is the sum of their medians).
 * ``mf``: the beta-gamma MF (K=100) at the binarized-MNIST size (5000 x 784) and the
   Omniglot size (4425 x 11025): grepvi G-REP and ADVI (paper: 1.09 s and 5.50 s per G-REP
   iteration).
 * ``minibatch``: the full Omniglot set (all 32,460 images of 11,025 pixels: the train and
-  test drawers together) by :func:`grepvi.minibatch.minibatch_step`, beta-gamma MF K=100,
+  test drawers together) by :func:`grepvi.inference.minibatch.minibatch_step`, beta-gamma MF K=100,
   batches of ``--batch-size``; a few timed steps, the time per epoch extrapolated from them.
 
 Timing: every contender is compiled and warmed up first; then ``--repeats`` rounds call each
@@ -48,10 +48,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.estimators.base import get_estimator
-from grepvi.inference import init, step
-from grepvi.optim import advi_stepsize
+from grepvi.inference.state import init, step
+from grepvi.optim.advi import advi_stepsize
 from grepvi.sampling import log_gamma
 
 __all__ = ["main", "parse_args", "def_contenders", "floor_contenders", "mf_contenders", "time_interleaved"]
@@ -101,7 +101,7 @@ def olivetti_or_poisson(directory, seed=0):
 def grepvi_step(model, estimator, seed=0, learning_rate=0.5, chunk=10):
     """A no-argument function running ``chunk`` iterations the way :func:`grepvi.fit` does.
 
-    ``fit`` runs :func:`grepvi.inference.step` inside a jitted ``lax.scan`` of a chunk of
+    ``fit`` runs :func:`grepvi.inference.state.step` inside a jitted ``lax.scan`` of a chunk of
     iterations; so does this (``chunk=1``: one jitted step per call). The function carries
     the state from call to call and has ``iterations = chunk``; :func:`time_interleaved`
     reports the time per iteration.
@@ -176,7 +176,12 @@ def floor_contenders(data, seed=0):
 
     @jax.jit
     def polygammas(alpha):
-        return _math.digamma(alpha), _math.trigamma(alpha), _math.tetragamma(alpha), _math.gammaln(alpha)
+        return (
+            numerics.digamma(alpha),
+            numerics.trigamma(alpha),
+            numerics.tetragamma(alpha),
+            numerics.gammaln(alpha),
+        )
 
     @jax.jit
     def elementwise(rate, x, alpha, eps):
@@ -259,7 +264,7 @@ def print_table(title, medians, reference, rows, section):
 
 
 def run_minibatch(args, directory, rows):
-    from grepvi.minibatch import minibatch_fit_steps
+    from grepvi.inference.minibatch import minibatch_fit_steps
     from grepvi.models import beta_gamma_mf
 
     data = None

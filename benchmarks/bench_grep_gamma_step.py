@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import grepvi
-from grepvi import inference
+from grepvi.inference import state as inference
 
 
 def main(argv=None):

@@ -4,7 +4,7 @@
   latents), on synthetic Poisson counts of that shape;
 * beta-gamma MF at the MNIST size: N = 5000, D = 784, K = 100, on synthetic binary data.
 
-One iteration is ``grepvi.inference.step`` (draw, gradient, non-finite guard, ADVI step
+One iteration is ``grepvi.inference.state.step`` (draw, gradient, non-finite guard, ADVI step
 size), jitted. Contenders:
 
 * ``grep``: the registered G-REP estimator; its surrogate calls ``logdensity_fn(z)`` and
@@ -36,7 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import grepvi
-from grepvi import inference
 from grepvi.estimators.base import (
     EstimateInfo,
     Estimator,
@@ -44,6 +43,7 @@ from grepvi.estimators.base import (
     total_entropy,
     transform_all,
 )
+from grepvi.inference import state as inference
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
 
 CONTENDERS = ("grep-closed-form", "grep", "grep-fused", "grep-full", "advi", "advi-grad")

@@ -2,14 +2,14 @@
 
 Sections (``--sections``, any of ``compile,full,minibatch``):
 
-* ``compile``: lowering + compiling one G-REP step (:func:`grepvi.inference.step`, jitted
+* ``compile``: lowering + compiling one G-REP step (:func:`grepvi.inference.state.step`, jitted
   with the data as an argument) of the beta-gamma MF (K=100, D=11,025) at N = 1,000 and at
   the full Omniglot N = 32,460; and, for comparison, the same step at N = 1,000 with the
   data closed over (a constant of the program, the design before: at N = 32,460 it never
   started, >200 s hashing the 1.43 GB constant for the compilation cache).
 * ``full``: median seconds of one full-batch G-REP iteration of that MF on the full set
   (32,460 x 11,025), and the process's peak resident memory.
-* ``minibatch``: minibatch G-REP (:mod:`grepvi.minibatch`), batches of ``--batch-size``
+* ``minibatch``: minibatch G-REP (:mod:`grepvi.inference.minibatch`), batches of ``--batch-size``
   rows: median step time and the time per epoch (N / B steps).
 
 Data: the full Omniglot set from ``--data-dir`` (else ``$GREPVI_DATA_DIR``, else
@@ -33,9 +33,9 @@ import jax
 import numpy as np
 
 from grepvi.estimators.base import get_estimator
-from grepvi.inference import init, step
+from grepvi.inference.state import init, step
 from grepvi.models import beta_gamma_mf
-from grepvi.optim import advi_stepsize
+from grepvi.optim.advi import advi_stepsize
 
 FULL_OMNIGLOT = (32460, 11025)
 
@@ -99,7 +99,7 @@ def section_full(data, k, repeats, rows):
 
 
 def section_minibatch(data, k, batch_size, steps, rows):
-    from grepvi.minibatch import minibatch_fit_steps
+    from grepvi.inference.minibatch import minibatch_fit_steps
 
     seconds, compile_seconds = minibatch_fit_steps(beta_gamma_mf, data, {"num_factors": k}, batch_size, steps)
     median = statistics.median(seconds)

@@ -1,4 +1,4 @@
-"""Speed of the data-parallel step (:mod:`grepvi.sharding`) on 1, 2, ... simulated CPU devices.
+"""Speed of the data-parallel step (:mod:`grepvi.inference.sharding`) on 1, 2, ... simulated CPU devices.
 
 Each device count runs in its own process (``XLA_FLAGS=--xla_force_host_platform_device_count``
 must be set before JAX starts): the sparse gamma DEF at the Olivetti size (N=320, D=4096,
@@ -26,10 +26,10 @@ CHILD = textwrap.dedent(
     import jax, numpy as np
     from benchmarks.bench_def_peers import olivetti_or_poisson
     from grepvi.estimators.base import get_estimator
-    from grepvi.inference import init, step
+    from grepvi.inference.state import init, step
     from grepvi.models import sparse_gamma_def
-    from grepvi.optim import advi_stepsize
-    from grepvi.sharding import data_parallel
+    from grepvi.optim.advi import advi_stepsize
+    from grepvi.inference.sharding import data_parallel
 
     chunk, repeats = int(sys.argv[1]), int(sys.argv[2])
     data, source = olivetti_or_poisson(os.environ.get("GREPVI_DATA_DIR"), 0)

@@ -4,7 +4,7 @@
 
 Each contender runs in its own process (a fresh start), alternately, ``--repeats`` times: G-REP
 with the paper's Eq. 9 (eta 1) for ``--steps`` iterations after compilation, in windows of 100.
-The new code runs ``grepvi.driver.run`` (a ``fori_loop`` window of dynamic length); an older
+The new code runs ``grepvi.inference.driver.run`` (a ``fori_loop`` window of dynamic length); an older
 checkout runs whatever its ``grepvi.loop.run_chunks`` is (a ``lax.scan`` chunk). Prints seconds
 per iteration of each and the ratio new / old (timings on shared machines drift; the ratio of
 interleaved runs holds better).
@@ -31,7 +31,8 @@ target, estimator = model.target(), grepvi.get_estimator("grep")
 optimizer = grepvi.advi_stepsize(1.0)
 state = grepvi.init(jax.random.key(0), target, optimizer)
 try:
-    from grepvi import driver, fitting  # the one driver
+    from grepvi import fitting  # the one driver
+    from grepvi.inference import driver
     setup = fitting.setup(target, estimator, data=model.data, step_size=1.0, chunk_size=100, max_steps=steps)
     driver.run(setup.window, setup.initial, setup.plan, data=model.data, max_steps=100)  # compile + warm
     start = time.perf_counter()

@@ -16,11 +16,11 @@ import time
 import jax
 import numpy as np
 
-from grepvi import inference
 from grepvi.estimators import get_estimator
-from grepvi.estimators.base import Target
+from grepvi.inference import state as inference
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
-from grepvi.optim import advi_stepsize
+from grepvi.optim.advi import advi_stepsize
+from grepvi.target import Target
 
 
 def models():

@@ -2,7 +2,7 @@
 
 For every estimator (grep, bbvi, advi, implicit, rsvi) and each of the paper's model/data
 pairs (sparse gamma DEF on Olivetti and NIPS, beta-gamma MF on MNIST and Omniglot), float32,
-``--seeds`` independent runs of ``--iterations`` steps of Algorithm 1 (``grepvi.inference.step``,
+``--seeds`` independent runs of ``--iterations`` steps of Algorithm 1 (``grepvi.inference.state.step``,
 the paper's step-size sequence with its eta for that data set and estimator). All seeds of one
 cell run in one compiled ``vmap(scan(step))``, so each cell compiles once.
 
@@ -34,13 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import config
 from grepvi.data import load_dataset
 from grepvi.estimators import get_estimator
-from grepvi.inference import init, step
+from grepvi.experiments import config
+from grepvi.experiments.paper import PAPER_ETA
+from grepvi.inference.state import init, step
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
-from grepvi.optim import advi_stepsize
-from grepvi.paper import PAPER_ETA
+from grepvi.optim.advi import advi_stepsize
 
 PAIRS = (
     ("sparse-gamma-def", "olivetti"),

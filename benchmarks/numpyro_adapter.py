@@ -1,7 +1,7 @@
-"""Per-iteration time of the sparse gamma DEF written in NumPyro (grepvi.numpyro_model) against
+"""Per-iteration time of the sparse gamma DEF written in NumPyro (grepvi.interop.numpyro_model) against
 grepvi's named-axis DEF, same step, same data, interleaved.
 
-Both run :func:`grepvi.inference.step` (G-REP with local log joints, Eq. 9 with eta 0.5) in a
+Both run :func:`grepvi.inference.state.step` (G-REP with local log joints, Eq. 9 with eta 0.5) in a
 jitted ``lax.scan`` of 10 iterations on the Olivetti faces (320 x 4096, layers 100/40/15) when
 the data directory has them, else Poisson(3) counts of that shape.
 
@@ -19,11 +19,11 @@ import jax
 
 from benchmarks.bench_def_peers import olivetti_or_poisson
 from grepvi.estimators.base import get_estimator
-from grepvi.inference import init, step
+from grepvi.inference.state import init, step
+from grepvi.interop.numpyro_examples import sparse_gamma_def_model
+from grepvi.interop.numpyro_model import from_numpyro
 from grepvi.models import sparse_gamma_def
-from grepvi.numpyro_examples import sparse_gamma_def_model
-from grepvi.numpyro_model import from_numpyro
-from grepvi.optim import advi_stepsize
+from grepvi.optim.advi import advi_stepsize
 
 
 def runner(target, data, chunk=10):

@@ -17,8 +17,8 @@ import numpy as np
 
 def main():
     from grepvi.data import load_dataset
-    from grepvi.numpyro_examples import sparse_gamma_def_model
-    from grepvi.numpyro_model import from_numpyro
+    from grepvi.interop.numpyro_examples import sparse_gamma_def_model
+    from grepvi.interop.numpyro_model import from_numpyro
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--time-budget", type=float, default=120.0)

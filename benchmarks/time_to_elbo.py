@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grepvi import experiments
-from grepvi.run_files import read_trace
+from grepvi.experiments import run as experiments
+from grepvi.experiments.run_files import read_trace
 
 MODELS = {
     "olivetti": "sparse-gamma-def",

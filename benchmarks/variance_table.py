@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import grepvi
-from grepvi import _math, testing
-from grepvi.estimators.base import Target
+from grepvi import numerics, testing
+from grepvi.target import Target
 
 SHAPES = (0.1, 1.0, 10.0)
 
@@ -72,17 +72,20 @@ def _params(model, shapes, adapted, dtype):
     other = jnp.full_like(shapes, 2.0)
     if isinstance(family, grepvi.Gamma):
         natural = (shapes, shapes / other)  # shape, rate
-        loc, variance = _math.digamma(natural[0]) - jnp.log(natural[1]), _math.trigamma(natural[0])
-        params = {"concentration": _math.inverse_softplus(shapes), "mean": _math.inverse_softplus(other)}
-    else:
-        loc = _math.digamma(shapes) - _math.digamma(other)
-        variance = _math.trigamma(shapes) + _math.trigamma(other)
+        loc, variance = numerics.digamma(natural[0]) - jnp.log(natural[1]), numerics.trigamma(natural[0])
         params = {
-            "concentration1": _math.inverse_softplus(shapes),
-            "concentration0": _math.inverse_softplus(other),
+            "concentration": numerics.inverse_softplus(shapes),
+            "mean": numerics.inverse_softplus(other),
+        }
+    else:
+        loc = numerics.digamma(shapes) - numerics.digamma(other)
+        variance = numerics.trigamma(shapes) + numerics.trigamma(other)
+        params = {
+            "concentration1": numerics.inverse_softplus(shapes),
+            "concentration0": numerics.inverse_softplus(other),
         }
     if adapted is not family:
-        params = {"loc": loc, "scale": _math.inverse_softplus(jnp.sqrt(variance))}
+        params = {"loc": loc, "scale": numerics.inverse_softplus(jnp.sqrt(variance))}
     return {name: params}
 
 

@@ -2,7 +2,7 @@
 
 Models (``--model``): ``poisson`` (a gamma-Poisson matrix factorization, as in NumPyro's
 examples: positive latents), ``def`` (the paper's sparse gamma DEF) and ``mf`` (the paper's
-beta-gamma MF), written as ordinary NumPyro models (:mod:`grepvi.numpyro_examples`), on data
+beta-gamma MF), written as ordinary NumPyro models (:mod:`grepvi.interop.numpyro_examples`), on data
 simulated from the model (``poisson``) or the paper's data sets (``def``: Olivetti faces,
 ``mf``: binarized MNIST) when ``--data-dir``/``GREPVI_DATA_DIR`` has them.
 
@@ -42,12 +42,12 @@ from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 from numpyro.infer.autoguide import AutoNormal  # noqa: E402
 
 from grepvi import evaluation  # noqa: E402
-from grepvi.numpyro_examples import (  # noqa: E402
+from grepvi.interop.numpyro_examples import (  # noqa: E402
     beta_gamma_mf_model,
     poisson_factorization_model,
     sparse_gamma_def_model,
 )
-from grepvi.numpyro_model import from_numpyro  # noqa: E402
+from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
 
 
 def load(model_name, data_dir, seed):
@@ -107,7 +107,7 @@ def numpyro_elbo(model, guide, params, x, draws, seed):
 
 
 def grepvi_elbo(params, target, data, draws, seed):
-    """The same for grepvi's q (``grepvi.evaluation.elbo_estimate`` with one draw each)."""
+    """The same for grepvi's q (``grepvi.diagnostics.evaluation.elbo_estimate`` with one draw each)."""
     one = jax.jit(lambda key, params, data: evaluation.elbo_estimate(key, params, target, 1, data))
     keys = jax.random.split(jax.random.key(seed), draws)
     return float(np.mean([float(one(key, params, data)) for key in keys]))

@@ -6,14 +6,7 @@ Ruiz, Titsias & Blei (2016). The Generalized Reparameterization Gradient. NeurIP
 from grepvi import diagnostics, errors, models
 from grepvi.diagnostics import ParetoK, pareto_k
 from grepvi.errors import ConfigError, DataError, GrepviError, ModelError, NumericalError
-from grepvi.estimators import (
-    EstimateInfo,
-    Estimator,
-    Target,
-    estimator_names,
-    get_estimator,
-    register_estimator,
-)
+from grepvi.estimators import EstimateInfo, Estimator, estimator_names, get_estimator, register_estimator
 from grepvi.families import (
     Beta,
     Dirichlet,
@@ -25,10 +18,13 @@ from grepvi.families import (
     Posterior,
     SimplexNormal,
 )
-from grepvi.fitting import FitResult, fit
-from grepvi.inference import StepInfo, Trace, VIState, init, make_target, step
+from grepvi.inference.controller import AdaptiveSettings, Convergence
+from grepvi.inference.driver import RunState, WindowEvent
+from grepvi.inference.fitting import FitResult, fit
+from grepvi.inference.state import StepInfo, Trace, VIState, init, make_target, step
 from grepvi.models import Factor, Model, beta_gamma_mf, log_joint, sparse_gamma_def
-from grepvi.optim import advi_stepsize, scale_by_advi_stepsize
+from grepvi.optim.advi import advi_stepsize, scale_by_advi_stepsize
+from grepvi.target import Target
 
 __version__ = "0.1.0"
 
@@ -58,6 +54,10 @@ __all__ = [
     "StepInfo",
     "Trace",
     "FitResult",
+    "AdaptiveSettings",
+    "Convergence",
+    "RunState",
+    "WindowEvent",
     "init",
     "step",
     "fit",

@@ -132,7 +132,7 @@ def _usage_exit(message: str) -> int:
 
 
 def _add_run_options(parser, *, estimator: bool = True, required_model: bool = True):
-    from grepvi.experiments import MODELS
+    from grepvi.experiments.run import MODELS
 
     group = parser.add_argument_group("model and data")
     group.add_argument("--model", required=required_model, help=f"one of {', '.join(MODELS)}")
@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args, estimator: str):
-    from grepvi.experiments import RunConfig
+    from grepvi.experiments.run import RunConfig
 
     return RunConfig(
         model=args.model,
@@ -368,7 +368,8 @@ def _print_metrics(metrics: dict, out) -> None:
 
 
 def _run(args) -> int:
-    from grepvi import experiments, report, studies
+    from grepvi.experiments import report, studies
+    from grepvi.experiments import run as experiments
 
     if args.command == "fit":
         metrics = experiments.fit_run(
@@ -438,21 +439,21 @@ def main(argv=None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     _enable_compilation_cache()
-    from grepvi.runs import RunInterrupted
+    from grepvi.experiments.observers import RunInterrupted
 
     previous = _install(signal.SIGTERM, _on_sigterm)
     command_line = argv is None  # the process is grepvi's: it may ignore signals while it exits
     try:
         return _run(args)
     except RunInterrupted as error:
-        from grepvi.config import option_flags
+        from grepvi.experiments.config import option_flags
 
         if command_line:
             _quiet_shutdown()
         print(f"grepvi: {option_flags(str(error)).replace('same call', 'same command')}", file=sys.stderr)
         return 128 + error.signal_number
     except GrepviError as error:
-        from grepvi.config import option_flags
+        from grepvi.experiments.config import option_flags
 
         print(f"grepvi {args.command}: error: {option_flags(str(error))}", file=sys.stderr)
         return EXIT_ERROR

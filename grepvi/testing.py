@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families import Beta, Dirichlet, Gamma, LogNormal
 from grepvi.families.base import Family
 
@@ -181,7 +181,7 @@ def lognormal_normal(
 
     def exact_elbo(params):
         p = params["scale"]
-        m, s = p["loc"], _math.softplus(p["scale"])
+        m, s = p["loc"], numerics.softplus(p["scale"])
         e_log, e_log2 = m, m**2 + s**2
         prior = -0.5 * (e_log2 - 2 * prior_loc * e_log + prior_loc**2) / prior_scale**2 - e_log
         likelihood = -0.5 * (n * e_log2 - 2.0 * total * e_log) / noise_scale**2
@@ -221,7 +221,7 @@ def dirichlet_multinomial(
 
     def exact_elbo(params):
         p = params["probs"]
-        alpha = _math.softplus(p["concentration"])
+        alpha = numerics.softplus(p["concentration"])
         expected_log = digamma(alpha) - digamma(jnp.sum(alpha, -1, keepdims=True))
         value = jnp.sum((prior_concentration - 1.0 + counts) * expected_log, -1)
         return jnp.sum(value + family.entropy(p))
@@ -268,7 +268,7 @@ def gradient_draws(estimator, target, params, rng_key, num_draws: int, batch_siz
     """``num_draws`` independent one-call gradient estimates, flattened, float64 (draws x dims).
 
     ``data``: the data pytree of a target with ``takes_data`` (e.g. ``model.target()``)."""
-    from grepvi.estimators.base import bind_data
+    from grepvi.target import bind_data
 
     @jax.jit
     def batch(keys, params, data):
@@ -288,7 +288,7 @@ def check_unbiased(
     estimator, model: ConjugateModel, params, rng_key, num_draws: int = 100_000, use_local=True
 ) -> GradientCheck:
     """Mean of ``num_draws`` gradient draws vs ``jax.grad(model.exact_elbo)(params)``."""
-    from grepvi.estimators.base import Target
+    from grepvi.target import Target
 
     target = Target(
         model.logdensity_fn,

@@ -1,10 +1,10 @@
-"""NUTS and NumPyro AutoNormal references of the NumPyro model zoo (``grepvi.numpyro_zoo``).
+"""NUTS and NumPyro AutoNormal references of the NumPyro model zoo (``grepvi.interop.numpyro_zoo``).
 
 Writes ``tests/data/zoo_references.json`` (what ``tests/test_numpyro_zoo.py`` reads): per model,
 NUTS posterior means and standard deviations of every latent site (2 chains x 4,000 draws after
 2,000 warmup; eight schools' NUTS run non-centered by ``LocScaleReparam``, the same posterior
 without the funnel's divergences), and AutoNormal's ELBO (SVI, Adam 0.01, 20,000 steps; the
-ELBO by ``grepvi.numpyro_zoo.elbo_estimate``, 20,000 draws). With ``--table`` it also fits
+ELBO by ``grepvi.interop.numpyro_zoo.elbo_estimate``, 20,000 draws). With ``--table`` it also fits
 grepvi's defaults (``from_numpyro(model, *data).fit()``) and prints the docs' table.
 
     PYTHONPATH=. python scripts/make_zoo_references.py [--table]
@@ -49,7 +49,7 @@ def autonormal(model, data):
     from numpyro.infer import SVI, Trace_ELBO
     from numpyro.infer.autoguide import AutoNormal
 
-    from grepvi.numpyro_zoo import elbo_estimate
+    from grepvi.interop.numpyro_zoo import elbo_estimate
 
     guide = AutoNormal(model)
     svi = SVI(model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
@@ -67,9 +67,9 @@ def autonormal(model, data):
 
 
 def grepvi_fit(model, data):
-    from grepvi.numpyro_model import from_numpyro
-    from grepvi.numpyro_svi import GrepGuide
-    from grepvi.numpyro_zoo import elbo_estimate, grepvi_param_map
+    from grepvi.interop.numpyro_model import from_numpyro
+    from grepvi.interop.numpyro_svi import GrepGuide
+    from grepvi.interop.numpyro_zoo import elbo_estimate, grepvi_param_map
 
     start = time.perf_counter()
     result = from_numpyro(model, *data).fit(progress=False)
@@ -94,7 +94,7 @@ def _short(values):
 
 
 def main():
-    from grepvi.numpyro_zoo import ZOO
+    from grepvi.interop.numpyro_zoo import ZOO
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--table", action="store_true")

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grepvi import cli, report, run_files
+from grepvi import cli
+from grepvi.experiments import report, run_files
 
 CACHE = os.path.join(tempfile.gettempdir(), "grepvi-test-jax-cache")
 os.environ.setdefault("GREPVI_COMPILATION_CACHE", CACHE)
@@ -279,7 +280,8 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path, capsys):
 
 
 def test_output_problems_are_refused_before_loading_data(tmp_path, capsys, monkeypatch):
-    from grepvi import experiments, run_files
+    from grepvi.experiments import run as experiments
+    from grepvi.experiments import run_files
 
     def no_loading(config):
         raise AssertionError("the data was loaded before the output folder was checked")
@@ -353,7 +355,7 @@ def test_resume_after_an_interrupted_evaluation_trains_no_further(fitted, tmp_pa
 
 
 def test_a_write_error_mid_run_ends_with_exit_2_and_the_resume_hint(tmp_path, capsys, monkeypatch):
-    from grepvi import run_files
+    from grepvi.experiments import run_files
 
     out = tmp_path / "full-disk"
     real = run_files.atomic_write_bytes
@@ -572,8 +574,8 @@ def test_grep_fit_end_to_end(tmp_path):
 
 def test_heldout_figure_puts_ours_beside_the_paper(tmp_path):
     """Figure 2b: one panel per data set with a run; the paper's numbers parsed from
-    ``grepvi.paper``; the longest run of a cell is the one shown."""
-    from grepvi.heldout_figure import _ours, heldout_figure, paper_loglik
+    ``grepvi.experiments.paper``; the longest run of a cell is the one shown."""
+    from grepvi.experiments.heldout_figure import _ours, heldout_figure, paper_loglik
 
     assert paper_loglik("olivetti", "grep") == (-4.48, 0.01)
     assert paper_loglik("omniglot", "bbvi") is None
@@ -678,7 +680,7 @@ PROCEDURES = {"default": [], "fixed": ["--step-size", "0.1"]}
 
 
 def _trace(out) -> dict:
-    from grepvi.run_files import read_trace
+    from grepvi.experiments.run_files import read_trace
 
     return read_trace(out / "trace.csv")
 
@@ -732,7 +734,7 @@ OPTION_TABLE = {
 def test_every_option_is_honoured_by_both_procedures(option, procedure, tmp_path, monkeypatch):
     """The table of options x procedures: each option changes what the run does (the trace's
     windows, the checkpoints written, the ELBO columns, the estimator, the batches)."""
-    from grepvi.run_files import RunDirectory
+    from grepvi.experiments.run_files import RunDirectory
 
     saves = []
     original = RunDirectory.save_checkpoint

@@ -7,7 +7,7 @@ posterior's mean and variance must lie within 2% of the exact optimum:
 * conjugate models: the exact posterior (in the family), gamma-Poisson with posterior shapes
   0.1, 13.1 and 96, beta-Bernoulli, log-normal, Dirichlet-multinomial;
 * non-conjugate models: the optimum of a closed-form ELBO maximized by scipy in float64
-  (:mod:`grepvi.reference_optima`).
+  (:mod:`grepvi.diagnostics.reference_optima`).
 
 and ``result.converged`` must be true. One case per family runs in the fast tier; the full
 grid (4 estimators x 9 models x 3 seeds) is marked slow. Times and errors of the grid are in
@@ -21,8 +21,8 @@ import pytest
 
 import grepvi
 from grepvi import testing
+from grepvi.diagnostics.reference_optima import REFERENCE_MODELS
 from grepvi.errors import NotConvergedWarning
-from grepvi.reference_optima import REFERENCE_MODELS
 
 TOLERANCE = 0.02
 

@@ -1,4 +1,4 @@
-"""PSIS Pareto-k (``grepvi.diagnostics``): the GPD fit, and the reading on good and bad ``q``.
+"""PSIS Pareto-k (``grepvi.diagnostics.pareto``): the GPD fit, and the reading on good and bad ``q``.
 
 Statistical with fixed seeds. The thresholds have wide margins: an exact ``q`` gives bounded
 (here constant up to round-off) importance weights, ``k`` well below 0.5; an underdispersed
@@ -15,7 +15,8 @@ import pytest
 import scipy.stats
 
 import grepvi
-from grepvi import _math, diagnostics, testing
+from grepvi import numerics, testing
+from grepvi.diagnostics import pareto as diagnostics
 from grepvi.errors import ConfigError
 
 
@@ -45,8 +46,8 @@ def test_pareto_k_near_zero_for_exact_posterior():
     posterior = model.posterior["rate"]
     params = {
         "rate": {
-            "concentration": _math.inverse_softplus(jnp.float32(posterior["concentration"])),
-            "mean": _math.inverse_softplus(jnp.float32(posterior["concentration"] / posterior["rate"])),
+            "concentration": numerics.inverse_softplus(jnp.float32(posterior["concentration"])),
+            "mean": numerics.inverse_softplus(jnp.float32(posterior["concentration"] / posterior["rate"])),
         }
     }
     result = grepvi.pareto_k(model.logdensity_fn, model.families, params, jax.random.key(0), 4000)
@@ -61,8 +62,8 @@ def test_pareto_k_near_zero_for_slightly_wrong_q():
     shape = float(posterior["concentration"]) * 1.1
     params = {
         "rate": {
-            "concentration": _math.inverse_softplus(jnp.float32(shape)),
-            "mean": _math.inverse_softplus(jnp.float32(posterior["concentration"] / posterior["rate"])),
+            "concentration": numerics.inverse_softplus(jnp.float32(shape)),
+            "mean": numerics.inverse_softplus(jnp.float32(posterior["concentration"] / posterior["rate"])),
         }
     }
     result = grepvi.pareto_k(model.logdensity_fn, model.families, params, jax.random.key(1), 4000)
@@ -77,7 +78,7 @@ def test_pareto_k_large_for_underdispersed_gaussian(scale):
         return -0.5 * jnp.sum(z["x"] ** 2)
 
     families = {"x": grepvi.Normal(shape=(5,))}
-    params = {"x": {"loc": jnp.zeros(5), "scale": _math.inverse_softplus(jnp.full(5, scale))}}
+    params = {"x": {"loc": jnp.zeros(5), "scale": numerics.inverse_softplus(jnp.full(5, scale))}}
     result = grepvi.pareto_k(logdensity_fn, families, params, jax.random.key(2), 4000)
     assert result.k > 0.7
     assert not result.reliable

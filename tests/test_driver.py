@@ -1,4 +1,4 @@
-"""The one loop (grepvi.driver) and the controller as state (grepvi.controller).
+"""The one loop (grepvi.inference.driver) and the controller as state (grepvi.inference.controller).
 
 Resume is bitwise at any window boundary (the trial, the approach, the averaging); a fit is one
 compiled program; the trial fits its share of a time budget (a fake clock) and falls back to
@@ -16,8 +16,8 @@ import optax
 import pytest
 
 import grepvi
-from grepvi import controller, driver, fitting, rules
 from grepvi.errors import NotConvergedWarning
+from grepvi.inference import controller, driver, fitting, rules
 from grepvi.testing import gamma_poisson
 
 
@@ -83,7 +83,7 @@ def test_a_fit_compiles_one_program(monkeypatch):
 
 def test_a_fixed_schedule_resumed_from_a_checkpoint_file_is_bitwise_the_same(tmp_path):
     """Eq. 9 for 40 steps == 20 steps, checkpoint written and read back, 20 more."""
-    from grepvi.run_files import RunDirectory, TraceRecorder
+    from grepvi.experiments.run_files import RunDirectory, TraceRecorder
 
     model = gamma_poisson()
     kwargs = dict(step_size=0.5, chunk_size=10, progress=False)
@@ -114,7 +114,7 @@ def test_a_window_runs_exactly_its_active_steps():
     """``window(state, data, k)`` applies k steps (the same state as k one-step windows),
     reports k ELBOs and the mean of those k iterates."""
     from grepvi.estimators import get_estimator
-    from grepvi.inference import init, make_target, step
+    from grepvi.inference.state import init, make_target, step
 
     model = gamma_poisson()
     target = make_target(model.logdensity_fn, model.families)
@@ -139,7 +139,7 @@ def test_a_window_runs_exactly_its_active_steps():
 
 def test_runs_that_differ_in_eta_share_one_program():
     """Eq. 9's eta is in the optimizer state: the eta search of Table 1 compiles one program."""
-    from grepvi.inference import init, step
+    from grepvi.inference.state import init, step
 
     model = gamma_poisson()
     target = grepvi.make_target(model.logdensity_fn, model.families)

@@ -10,7 +10,7 @@ Gaussian mean; heavier tails at shape 0.1 make it larger but still small).
 
 Precision: these checks run in float64 (``jax.enable_x64``), so that they test the estimators
 and not float32's range; :func:`test_unbiased_float32` repeats one case in float32, where the
-families clamp ``z`` at 1e-30 (``grepvi._math.safe_exp``, zero derivative below it) and about 1 in
+families clamp ``z`` at 1e-30 (``grepvi.numerics.safe_exp``, zero derivative below it) and about 1 in
 1,000 gamma draws at shape 0.1 is clamped: a bias too small to see with 100,000 draws.
 
 Estimators biased by design are measured, not hidden:
@@ -35,10 +35,10 @@ import numpy as np
 import pytest
 
 import grepvi
-from grepvi import _math, testing
+from grepvi import numerics, testing
 from grepvi.estimators.advi import advi_family as advi_family_of
-from grepvi.estimators.base import Target
 from grepvi.families.logitnormal import gauss_hermite_expectation
+from grepvi.target import Target
 
 SHAPES = (0.1, 1.0, 10.0)
 NUM_DRAWS = 100_000
@@ -65,7 +65,7 @@ def _params(model, dtype):
     """Variational parameters whose shape-like parameter is 0.1, 1 and 10 across the copies."""
     ((name, family),) = model.families.items()
     shapes = jnp.asarray(SHAPES, dtype)
-    unconstrained = _math.inverse_softplus
+    unconstrained = numerics.inverse_softplus
     if isinstance(family, grepvi.Gamma):
         params = {"concentration": unconstrained(shapes), "mean": unconstrained(jnp.full(3, 2.0, dtype))}
     elif isinstance(family, grepvi.Beta):
@@ -115,7 +115,7 @@ def _advi_model(model):
             dtype = p["loc"].dtype
             c = _linear_coefficients(local, name, jnp.full(advi_family.shape, 1.0 / k, dtype))
             loc = p["loc"] - jnp.log(jnp.arange(k - 1, 0, -1, dtype=dtype))
-            scale = _math.softplus(p["scale"])
+            scale = numerics.softplus(p["scale"])
             log_z = gauss_hermite_expectation(lambda x: -jax.nn.softplus(-x), loc, scale)
             log_rest = gauss_hermite_expectation(lambda x: -jax.nn.softplus(x), loc, scale)
             later = jnp.flip(jnp.cumsum(jnp.flip(c, -1), -1), -1)[..., 1:]  # sum_{k > j} c_k
@@ -133,7 +133,7 @@ def _advi_model(model):
         def exact_elbo(params):
             p = params[name]
             expected = gauss_hermite_expectation(
-                lambda x: local({name: inverse(x)})[name], p["loc"], _math.softplus(p["scale"])
+                lambda x: local({name: inverse(x)})[name], p["loc"], numerics.softplus(p["scale"])
             )
             return jnp.sum(expected + advi_family.entropy(p))
 
@@ -289,7 +289,7 @@ def _rsvi_uncorrected_bias(concentration, mean, boost, coefficients, num_points=
         jax.grad(lambda a, e: log_proposal_density(a, GammaNoise(e, jnp.zeros((boost,))))), (None, 0)
     )(concentration, jnp.asarray(eps))
     correction = np.trapezoid(density * expected_f * np.asarray(score), log_g)
-    d_concentration = 1.0 / (1.0 + np.exp(-float(_math.inverse_softplus(concentration))))
+    d_concentration = 1.0 / (1.0 + np.exp(-float(numerics.inverse_softplus(concentration))))
     return -correction * d_concentration
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.scipy.special import digamma, gammaln
 
-from grepvi import evaluation
+from grepvi.diagnostics import evaluation
 from grepvi.errors import ConfigError
 from grepvi.estimators import get_estimator
 from grepvi.families import Gamma
@@ -173,7 +173,7 @@ def test_elbo_estimate_of_a_conjugate_model():
 
     post_a, post_b = a0 + counts.sum(), b0 + counts.size
     family, params = _gamma_params(post_a, post_a / post_b)
-    from grepvi.estimators import Target
+    from grepvi.target import Target
 
     elbo = evaluation.elbo_estimate(
         jax.random.key(0), {"rate": params}, Target(logdensity, {"rate": family}), 20_000

@@ -27,7 +27,7 @@ deterministic identities are stated in units of float32's machine epsilon times 
 magnitudes involved.
 
 Float32. ``z = T(eps)`` is handed to models clamped to ``[1e-30, 1 - 1.6e-7]``
-(``grepvi._math.safe_exp`` / ``safe_sigmoid``); at gamma shape 0.01 about half the draws are
+(``grepvi.numerics.safe_exp`` / ``safe_sigmoid``); at gamma shape 0.01 about half the draws are
 below 1e-30. Tests therefore work with the exact log-space coordinate (``log z``, or
 ``logit z`` for the beta) where ``z`` itself would be clamped, and compare ``z`` only on
 unclamped draws.
@@ -43,7 +43,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families import Beta, Dirichlet, Gamma, LogNormal, Normal
 
 NUM_DRAWS = 100_000  # the same sample shape everywhere: the sampler compiles once per latent shape
@@ -51,7 +51,7 @@ KS_NUM_DRAWS = 20_000  # scipy's beta CDF is slow; 20,000 draws detect a CDF err
 MAX_STANDARD_ERRORS = 5.0
 KS_MIN_P_VALUE = 1e-3
 EPS32 = float(np.finfo(np.float32).eps)
-LOG_LOWER = _math.log_tiny(jnp.float32)  # log of the lower clamp of z (1e-30)
+LOG_LOWER = numerics.log_tiny(jnp.float32)  # log of the lower clamp of z (1e-30)
 UPPER_Z = 1.0 - 4.0 * float(np.finfo(np.float32).epsneg)  # beta: z above this may be clamped
 
 
@@ -92,7 +92,7 @@ def _beta(a, b, standardization="logit"):
 
 def _dirichlet(alpha, standardization="full"):
     family = Dirichlet(shape=(len(alpha),), standardization=standardization)
-    params = {"concentration": _math.inverse_softplus(jnp.asarray(alpha, jnp.float32))}
+    params = {"concentration": numerics.inverse_softplus(jnp.asarray(alpha, jnp.float32))}
     name = f"dirichlet-{standardization}-" + "-".join(f"{a:g}" for a in alpha)
     return Case(name, family, params, min(alpha) <= 0.1)
 
@@ -210,7 +210,7 @@ def _unclamped(family, z, statistic):
     elif isinstance(family, Beta):
         keep = (statistic > LOG_LOWER + 1.0) & (z < UPPER_Z)
     else:
-        keep = (statistic > LOG_LOWER + 1.0) & (statistic < _math.log_huge(jnp.float32) - 1.0)
+        keep = (statistic > LOG_LOWER + 1.0) & (statistic < numerics.log_huge(jnp.float32) - 1.0)
     if family.event_ndim:
         keep = keep.all(-1)
     return keep
@@ -738,8 +738,8 @@ def test_gamma_gradients_in_the_mean_are_finite_and_exact_at_tiny_means():
     alpha = np.float32(16.0)
     mean = np.array([1e-15, 1e-21, 1e-25, 1e-29], np.float32)
     params = {
-        "concentration": jnp.full(4, _math.inverse_softplus(alpha - family.min_concentration)),
-        "mean": jnp.asarray(_math.inverse_softplus(mean - family.min_mean)),
+        "concentration": jnp.full(4, numerics.inverse_softplus(alpha - family.min_concentration)),
+        "mean": jnp.asarray(numerics.inverse_softplus(mean - family.min_mean)),
     }
     z = jnp.asarray(mean * np.array([0.5, 1.5, 2.0, 0.8], np.float32))
     dmean_dv = jax.nn.sigmoid(params["mean"])

@@ -31,11 +31,11 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from grepvi import _math, testing
-from grepvi.estimators.base import Target
+from grepvi import numerics, testing
 from grepvi.estimators.grep import grep_surrogate
 from grepvi.families import Dirichlet
 from grepvi.families.dirichlet import sqrtm_psd
+from grepvi.target import Target
 
 NUM_DRAWS = 100_000  # the sample shape of tests/test_families.py: the sampler compiles once
 MAX_STANDARD_ERRORS = 5.0
@@ -61,7 +61,7 @@ def _gradient_fn(standardization):
 def _check(standardization, concentration):
     """``testing.GradientCheck`` of 100,000 float32 G-REP draws on the Dirichlet-multinomial."""
     model, gradient_fn = _gradient_fn(standardization)
-    params = {"probs": {"concentration": _math.inverse_softplus(jnp.asarray(concentration, jnp.float32))}}
+    params = {"probs": {"concentration": numerics.inverse_softplus(jnp.asarray(concentration, jnp.float32))}}
     eps = model.families["probs"].sample_standardized(params["probs"], jax.random.key(17), (NUM_DRAWS,))
     draws = np.asarray(gradient_fn(params, eps), np.float64)
     exact = np.asarray(jax.grad(model.exact_elbo)(params)["probs"]["concentration"], np.float64)
@@ -119,7 +119,7 @@ def test_paper_map_leaves_the_simplex(standardization):
     on these 1,000 draws: norm 1.0e-3 to 0.54, median 0.025), so ``T(eps; v')`` leaves the
     simplex as soon as ``v'`` differs from the ``v`` that drew ``eps``. Deterministic."""
     family = Dirichlet(shape=(4,), standardization=standardization)
-    params = {"concentration": _math.inverse_softplus(jnp.asarray(CONCENTRATIONS["mixed"], jnp.float32))}
+    params = {"concentration": numerics.inverse_softplus(jnp.asarray(CONCENTRATIONS["mixed"], jnp.float32))}
     eps = family.sample_standardized(params, jax.random.key(2), (NUM_DRAWS,))[:1000]
     sums, derivatives = _sum_of_transform_and_derivative(family, params, eps)
     norms = np.linalg.norm(np.asarray(derivatives, np.float64), axis=-1)

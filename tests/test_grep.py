@@ -22,7 +22,7 @@ the ~150 components checked, mostly light-tailed, that is about 1% for a fresh s
 
 Float32 and the clamp. Families draw in log space; a target with ``log_space=True`` (the
 built-in models) receives those draws as ``log z`` / ``logit z``, and one without receives
-``z`` clamped to ``[1e-30, 1 - 1.6e-7]`` (float32; ``grepvi._math.safe_exp`` /
+``z`` clamped to ``[1e-30, 1 - 1.6e-7]`` (float32; ``grepvi.numerics.safe_exp`` /
 ``safe_sigmoid``), whose derivative passes through the clamp (``dz = z d log z``). Both are
 tested. In value space a beta with ``concentration0 = 0.07`` puts 25% of its draws within
 1.6e-7 of 1, where ``log(1 - z)`` is clamped and G-REP with local log joints is biased; that
@@ -44,10 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grepvi import _math, testing
+from grepvi import numerics, testing
 from grepvi.estimators import get_estimator
-from grepvi.estimators.base import Target, sample_standardized
+from grepvi.estimators.base import sample_standardized
 from grepvi.estimators.grep import grep_surrogate
+from grepvi.target import Target
 
 NUM_DRAWS = 100_000
 MAX_STANDARD_ERRORS = 5.0
@@ -82,7 +83,7 @@ def _params(name, shape, dtype=jnp.float32):
     concentrations, the log-normal scale, times factors between 0.5 and 3), away from the
     posterior so that the gradient is not 0."""
     s = jnp.asarray(shape, dtype)
-    inverse = _math.inverse_softplus
+    inverse = numerics.inverse_softplus
 
     def vector(*values):
         return jnp.asarray(values, dtype)
@@ -266,7 +267,7 @@ def _both_estimators(shape, use_local, num_keys=500):
     # Both estimators draw eps with this helper: same key, same eps.
     eps = jax.vmap(lambda key: sample_standardized(key, params, target.families))(keys)
     families = target.families
-    lower = _math.log_tiny(jnp.float32) + 1.0
+    lower = numerics.log_tiny(jnp.float32) + 1.0
     log_z = np.asarray(families["rate"].log_transform(params["rate"], eps["rate"]))
     logit = np.asarray(families["prob"].logit_transform(params["prob"], eps["prob"]))
     unclamped = (log_z > lower).all(-1) & ((logit > lower) & (logit < 14.0)).all(-1)
@@ -352,8 +353,8 @@ def test_beta_zero_correction_is_biased_and_logit_is_not():
     """
     params = {
         "prob": {
-            "concentration1": _math.inverse_softplus(jnp.asarray([0.2, 0.4, 0.5, 0.7], jnp.float32)),
-            "concentration0": _math.inverse_softplus(jnp.asarray([1.0, 1.4, 1.0, 2.0], jnp.float32)),
+            "concentration1": numerics.inverse_softplus(jnp.asarray([0.2, 0.4, 0.5, 0.7], jnp.float32)),
+            "concentration0": numerics.inverse_softplus(jnp.asarray([1.0, 1.4, 1.0, 2.0], jnp.float32)),
         }
     }
     results = {}

@@ -23,11 +23,11 @@ import pytest
 from scipy.special import logsumexp
 
 import grepvi
-from grepvi import _math, testing
+from grepvi import numerics, testing
 from grepvi.errors import ConfigError
 from grepvi.estimators import get_estimator
-from grepvi.estimators.base import Target
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
+from grepvi.target import Target
 
 MAX_STANDARD_ERRORS = 5.0
 
@@ -43,7 +43,7 @@ def _conjugate(name, log_space, **family_options):
 def _params(name, shapes):
     """Concentrations ``shapes`` (one per copy); the beta's other concentration is 0.7 x."""
     s = jnp.asarray(shapes, jnp.float32)
-    inverse = _math.inverse_softplus
+    inverse = numerics.inverse_softplus
     if name == "gamma-poisson":
         return {"rate": {"concentration": inverse(s), "mean": inverse(jnp.asarray([0.5, 4.0, 1.0]))}}
     if name == "beta-bernoulli":
@@ -147,11 +147,11 @@ def test_log_matmul_exp_keeps_the_scale_of_tiny_products():
     log_a = rng.uniform(-75, -55, (7, 5)).astype(np.float32)
     log_b = rng.uniform(-75, -55, (5, 6)).astype(np.float32)
     expected = logsumexp(log_a.astype(np.float64)[:, :, None] + log_b.astype(np.float64)[None], axis=1)
-    got = np.asarray(_math.log_matmul_exp(jnp.asarray(log_a), jnp.asarray(log_b)))
+    got = np.asarray(numerics.log_matmul_exp(jnp.asarray(log_a), jnp.asarray(log_b)))
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max())
     assert np.all(np.exp(log_a) @ np.exp(log_b) == 0.0)  # what z @ W gives in float32
     # its derivative: d/d log_a[n, k] = softmax weight of term k in row n, summed over d
-    gradient = jax.grad(lambda a: jnp.sum(_math.log_matmul_exp(a, jnp.asarray(log_b))))(jnp.asarray(log_a))
+    gradient = jax.grad(lambda a: jnp.sum(numerics.log_matmul_exp(a, jnp.asarray(log_b))))(jnp.asarray(log_a))
     weights = np.exp(log_a.astype(np.float64)[:, :, None] + log_b[None] - expected[:, None, :])
     np.testing.assert_allclose(gradient, weights.sum(-1), rtol=1e-4)
 
@@ -224,7 +224,7 @@ def test_beta_gamma_mf_takes_logits_beyond_float32_rounding():
 
     expected = likelihood + gamma.logpdf(np.exp([0.0, -1.0]), 0.1, scale=1 / 0.3).sum()
     np.testing.assert_allclose(got, expected, rtol=1e-6)
-    clamped = float(_math.safe_sigmoid(jnp.float32(25.0)))
+    clamped = float(numerics.safe_sigmoid(jnp.float32(25.0)))
     assert np.log(clamped) - np.log1p(-clamped) < 16.0
 
 
@@ -238,8 +238,8 @@ def test_log_space_model_refuses_a_family_on_another_support():
 
 def test_exp_linear_tail_is_exp_below_30_and_finite_above():
     x = jnp.asarray([-100.0, 0.0, 10.0, 29.9, 30.0, 30.1, 1e3, 1e7], jnp.float32)
-    value = np.asarray(_math.exp_linear_tail(x), np.float64)
-    slope = np.asarray(jax.vmap(jax.grad(_math.exp_linear_tail))(x), np.float64)
+    value = np.asarray(numerics.exp_linear_tail(x), np.float64)
+    slope = np.asarray(jax.vmap(jax.grad(numerics.exp_linear_tail))(x), np.float64)
     np.testing.assert_allclose(value[:5], np.exp(np.asarray(x[:5], np.float64)), rtol=1e-5, atol=1e-38)
     assert np.all(np.isfinite(value)) and np.all(np.isfinite(slope)) and np.all(np.diff(value) > 0)
     np.testing.assert_allclose(slope[4:], np.exp(30.0), rtol=1e-5)  # continuous derivative at 30
@@ -264,7 +264,7 @@ def test_log_matmul_exp_derivative_where_the_plain_one_is_nan():
         return jax.grad(lambda a, b: jnp.sum(cotangent * fn(a, b)), argnums=(0, 1))(log_a, log_b)
 
     assert not all(np.all(np.isfinite(g)) for g in grads(plain))
-    ours = grads(_math.log_matmul_exp)
+    ours = grads(numerics.log_matmul_exp)
     a64, b64, g64 = (np.asarray(v, np.float64) for v in (log_a, log_b, cotangent))
     out = logsumexp(a64[:, :, None] + b64[None], axis=1)
     weights = np.exp(a64[:, :, None] + b64[None] - out[:, None, :])  # (n, k, d)
@@ -288,7 +288,7 @@ def test_grep_gradients_finite_at_the_shape_floor():
     estimator = get_estimator("grep")
 
     def one(key):
-        from grepvi.estimators.base import bind_data
+        from grepvi.target import bind_data
 
         grad, _ = estimator.estimate(key, params, bind_data(target, model.data))
         return grad
@@ -313,7 +313,7 @@ def test_log_space_means_match_and_stay_finite_where_the_mean_overflows():
     lognormal = LogNormal((2,))
     far = {"loc": jnp.array([100.0, -1.0]), "scale": jnp.array([0.5, 0.5])}
     assert not np.isfinite(lognormal.mean(far)[0])
-    scale = float(_math.softplus(jnp.array(0.5)))
+    scale = float(numerics.softplus(jnp.array(0.5)))
     np.testing.assert_allclose(
         lognormal.log_space_mean(far), [100.0 + scale**2 / 2, -1.0 + scale**2 / 2], rtol=1e-6
     )
@@ -328,7 +328,7 @@ def test_advi_on_the_mf_is_checked_finite_with_weights_beyond_float32():
     """The model check at the families' means (``inference.check_target``) on the beta-gamma
     MF with ADVI's families and a log-normal weight whose mean overflows: finite in log space."""
     from grepvi.families import LogitNormal, LogNormal
-    from grepvi.inference import check_target
+    from grepvi.inference.state import check_target
 
     x = (np.random.default_rng(0).random((6, 5)) < 0.3).astype(np.float32)
     model = beta_gamma_mf(x, num_factors=2)

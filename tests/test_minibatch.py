@@ -1,4 +1,4 @@
-"""Minibatch SVI (grepvi.minibatch): the batch gradient of the globals is unbiased.
+"""Minibatch SVI (grepvi.inference.minibatch): the batch gradient of the globals is unbiased.
 
 Exact enumeration: on a tiny data set, with the same standardized values ``eps`` for every
 batch (each batch takes its rows of the locals' draws), the average over all ``C(N, B)``
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import bind_data, get_estimator
+from grepvi.estimators.base import get_estimator
 from grepvi.estimators.grep import grep_surrogate
-from grepvi.minibatch import batch_data, batch_params, batch_target, init, minibatch_problem, step
+from grepvi.inference.minibatch import batch_data, batch_params, batch_target, init, minibatch_problem, step
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
-from grepvi.optim import advi_stepsize
+from grepvi.optim.advi import advi_stepsize
+from grepvi.target import bind_data
 
 
 def _models():

@@ -9,9 +9,9 @@ import optax
 import pytest
 
 import grepvi
-from grepvi import controller as adaptive
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal, SimplexNormal
-from grepvi.natural_gradient import fisher_mean_quad, natural_gradient
+from grepvi.inference import controller as adaptive
+from grepvi.optim.natural_gradient import fisher_mean_quad, natural_gradient
 
 FAMILIES = [
     pytest.param(Gamma(init_concentration=3.0, init_mean=2.0), id="gamma-3"),
@@ -156,9 +156,9 @@ def test_past_only_eq9_scales_by_the_previous_gradients():
 def test_doctests_of_fit_and_step_sizes():
     import doctest
 
-    import grepvi.fitting
-    import grepvi.optim
+    import grepvi.inference.fitting
+    import grepvi.optim.advi
 
-    for module in (grepvi.fitting, grepvi.optim):
+    for module in (grepvi.inference.fitting, grepvi.optim.advi):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import grepvi
-from grepvi import cli, evaluation
+from grepvi import cli
+from grepvi.diagnostics import evaluation
 from grepvi.errors import NotConvergedWarning
 from grepvi.models import beta_gamma_mf, sparse_gamma_def
 
@@ -129,7 +130,7 @@ def test_command_line_programs_take_the_data_as_an_argument(programs, tmp_path):
 
 
 def test_minibatch_and_perplexity_programs_take_the_data_as_an_argument(programs):
-    from grepvi import minibatch
+    from grepvi.inference import minibatch
 
     model = beta_gamma_mf((_counts() > 0).astype(np.float32), num_factors=2)
     problem = minibatch.minibatch_problem(model, 50)

@@ -1,4 +1,4 @@
-"""NumPyro models in (grepvi.numpyro_model), ArviZ out (grepvi.arviz_io): optional extras.
+"""NumPyro models in (grepvi.interop.numpyro_model), ArviZ out (grepvi.interop.arviz_io): optional extras.
 
 Skipped when NumPyro (or ArviZ, for its tests) is not installed.
 """
@@ -13,9 +13,9 @@ dist = pytest.importorskip("numpyro.distributions")
 
 import grepvi  # noqa: E402
 from grepvi.errors import ModelError  # noqa: E402
+from grepvi.interop.numpyro_examples import beta_gamma_mf_model, sparse_gamma_def_model  # noqa: E402
+from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
 from grepvi.models import beta_gamma_mf, sparse_gamma_def  # noqa: E402
-from grepvi.numpyro_examples import beta_gamma_mf_model, sparse_gamma_def_model  # noqa: E402
-from grepvi.numpyro_model import from_numpyro  # noqa: E402
 
 
 def _point(model, seed=0):
@@ -148,7 +148,7 @@ def test_a_fit_converts_to_inference_data_that_arviz_summarizes_and_plots():
     import matplotlib
 
     matplotlib.use("Agg")
-    from grepvi.arviz_io import to_inference_data
+    from grepvi.interop.arviz_io import to_inference_data
 
     x = np.random.default_rng(2).poisson(2.0, (6, 4)).astype(np.float32)
     model = sparse_gamma_def(x, layer_sizes=(2,))
@@ -217,8 +217,8 @@ def test_grep_elbo_gradient_is_grepvis_g_rep():
     same standardized draw (baseline included), and its value is minus the ELBO estimate."""
     from numpyro.infer import SVI
 
-    from grepvi.estimators.base import bind_data
-    from grepvi.numpyro_svi import GrepELBO, GrepGuide
+    from grepvi.interop.numpyro_svi import GrepELBO, GrepGuide
+    from grepvi.target import bind_data
 
     model, counts = _gamma_poisson()
     guide = GrepGuide(model)
@@ -239,7 +239,7 @@ def test_grep_elbo_gradient_is_grepvis_g_rep():
 def test_two_changed_lines_fit_with_numpyro_svi():
     from numpyro.infer import SVI, Predictive
 
-    from grepvi.numpyro_svi import GrepELBO, GrepGuide
+    from grepvi.interop.numpyro_svi import GrepELBO, GrepGuide
 
     model, counts = _gamma_poisson()
     guide = GrepGuide(model)  # instead of AutoNormal(model)

@@ -17,12 +17,12 @@ numpyro = pytest.importorskip("numpyro")
 dist = pytest.importorskip("numpyro.distributions")
 
 import grepvi  # noqa: E402
-from grepvi import _math, testing  # noqa: E402
+from grepvi import numerics, testing  # noqa: E402
 from grepvi.errors import ModelError  # noqa: E402
 from grepvi.families.location_scale import HALF_LOG_2PI  # noqa: E402
 from grepvi.families.logitnormal import gauss_hermite_expectation  # noqa: E402
 from grepvi.families.transformed import Affine, TransformedNormal  # noqa: E402
-from grepvi.numpyro_model import FAMILY_NAMES, family_for_support, from_numpyro  # noqa: E402
+from grepvi.interop.numpyro_model import FAMILY_NAMES, family_for_support, from_numpyro  # noqa: E402
 
 constraints = dist.constraints
 transforms = pytest.importorskip("numpyro.distributions.transforms")
@@ -71,7 +71,7 @@ def _affine_of(model, loc, scale):
     ],
 )
 def test_affine_families_have_unbiased_g_rep_gradients(base, loc, scale):
-    unconstrained = _math.inverse_softplus
+    unconstrained = numerics.inverse_softplus
     shapes = jnp.asarray(SHAPES)
     if base == "gamma":
         model = testing.gamma_poisson(shape=(3,))
@@ -104,7 +104,7 @@ def test_affine_family_contract():
 
 
 def _normal_entropy(p):
-    return jnp.sum(0.5 + jnp.log(_math.softplus(p["scale"])) + HALF_LOG_2PI)
+    return jnp.sum(0.5 + jnp.log(numerics.softplus(p["scale"])) + HALF_LOG_2PI)
 
 
 def _lognormal_moments(m, s):
@@ -124,7 +124,7 @@ def _ordered_case():
 
     def exact_elbo(params):
         p = params["y"]
-        m, s = p["loc"], _math.softplus(p["scale"])
+        m, s = p["loc"], numerics.softplus(p["scale"])
         mean_e, var_e = _lognormal_moments(m[1:], s[1:])
         mean = m[0] + jnp.concatenate([jnp.zeros(1, m.dtype), jnp.cumsum(mean_e)])
         var = s[0] ** 2 + jnp.concatenate([jnp.zeros(1, m.dtype), jnp.cumsum(var_e)])
@@ -145,7 +145,7 @@ def _lower_cholesky_case():
 
     def exact_elbo(params):
         p = params["y"]
-        m, s = p["loc"], _math.softplus(p["scale"])
+        m, s = p["loc"], numerics.softplus(p["scale"])
         off = -0.5 * (s[0] ** 2 + (m[0] - target[1, 0]) ** 2)
         mean_d, var_d = _lognormal_moments(m[1:], s[1:])
         diag = -0.5 * jnp.sum(var_d + (mean_d - jnp.asarray([target[0, 0], target[1, 1]])) ** 2)
@@ -178,7 +178,7 @@ def _corr_cholesky_case():
 
     def exact_elbo(params):
         p = params["y"]
-        m, s = p["loc"], _math.softplus(p["scale"])
+        m, s = p["loc"], numerics.softplus(p["scale"])
         return jnp.sum(gauss_hermite_expectation(of_u, m, s)) + _normal_entropy(p)
 
     params = {"y": {"loc": jnp.asarray([0.4]), "scale": jnp.asarray([-0.5])}}
@@ -507,7 +507,7 @@ def test_grep_guide_has_numpyros_event_dims_under_its_elbos_and_predictive():
     ``Predictive``: before, Trace_ELBO raised "Model and guide event_dims disagree"."""
     from numpyro.infer import SVI, Predictive, Trace_ELBO, TraceMeanField_ELBO
 
-    from grepvi.numpyro_svi import GrepELBO, GrepGuide
+    from grepvi.interop.numpyro_svi import GrepELBO, GrepGuide
 
     model, counts = _plated_model()
     guide = GrepGuide(model)
@@ -531,7 +531,7 @@ def test_grep_guide_has_numpyros_event_dims_under_its_elbos_and_predictive():
 def test_grep_guide_runs_under_numpyros_elbos_and_predictive_with_plates(elbo_name):
     from numpyro.infer import SVI, Predictive, Trace_ELBO, TraceMeanField_ELBO
 
-    from grepvi.numpyro_svi import GrepELBO, GrepGuide
+    from grepvi.interop.numpyro_svi import GrepELBO, GrepGuide
 
     model, counts = _plated_model()
     elbos = {"Trace_ELBO": Trace_ELBO, "TraceMeanField_ELBO": TraceMeanField_ELBO, "GrepELBO": GrepELBO}
@@ -555,7 +555,7 @@ def test_numpyros_trace_elbo_on_grep_guide_is_unbiased():
     agree within 5 standard errors, as do the losses."""
     from numpyro.infer import SVI, Trace_ELBO
 
-    from grepvi.numpyro_svi import GrepELBO, GrepGuide
+    from grepvi.interop.numpyro_svi import GrepELBO, GrepGuide
 
     model, counts = _plated_model()
     guide = GrepGuide(model)

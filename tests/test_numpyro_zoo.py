@@ -1,4 +1,4 @@
-"""The model zoo (``grepvi.numpyro_zoo``): textbook models as NumPyro users write them, fitted by
+"""The model zoo (``grepvi.interop.numpyro_zoo``): textbook models as NumPyro users write them, fitted by
 grepvi's defaults, ``from_numpyro(model, *data).fit()``, against cached references
 (``tests/data/zoo_references.json``, made once by ``scripts/make_zoo_references.py``): NUTS's
 posterior means and standard deviations, and NumPyro AutoNormal's ELBO.
@@ -9,7 +9,7 @@ posterior means and standard deviations, and NumPyro AutoNormal's ELBO.
   of a centered hierarchical model (eight schools' ``tau``): a mean-field ``q`` cannot follow
   the funnel (the dependence of the ``theta_j``'s spread on ``tau``), so every mean-field method
   misplaces ``tau``; that is the family's limit, not the optimizer's.
-* The ELBO (one estimator for both: ``grepvi.numpyro_zoo.elbo_estimate``, 20,000 draws of
+* The ELBO (one estimator for both: ``grepvi.interop.numpyro_zoo.elbo_estimate``, 20,000 draws of
   ``log p - log q`` through NumPyro's ``Trace_ELBO``) is not below AutoNormal's by more than
   1 nat (plus 4 standard errors of the two estimates).
 
@@ -24,9 +24,9 @@ import pytest
 
 pytest.importorskip("numpyro")
 
-from grepvi.numpyro_model import from_numpyro  # noqa: E402
-from grepvi.numpyro_svi import GrepGuide  # noqa: E402
-from grepvi.numpyro_zoo import FUNNEL_SCALES, ZOO, elbo_estimate, grepvi_param_map  # noqa: E402
+from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
+from grepvi.interop.numpyro_svi import GrepGuide  # noqa: E402
+from grepvi.interop.numpyro_zoo import FUNNEL_SCALES, ZOO, elbo_estimate, grepvi_param_map  # noqa: E402
 
 REFERENCES = json.loads((pathlib.Path(__file__).parent / "data" / "zoo_references.json").read_text())
 FAST = ("poll", "bioassay")

@@ -1,6 +1,6 @@
 """Run folders that never lose, mix or silently redo work (issue 22).
 
-Library-level checks of :mod:`grepvi.run_files` (the folder rules, the lock, verified checkpoints
+Library-level checks of :mod:`grepvi.experiments.run_files` (the folder rules, the lock, verified checkpoints
 with two generations, temporaries, strict JSON), the progress bar's rate when the output is not
 a terminal, and the input validators at the API's boundary. The command-line side (exit codes,
 messages, signals) is in ``tests/test_cli.py``.
@@ -17,12 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grepvi import run_files, runs, validation
+from grepvi import validation
 from grepvi.errors import ConfigError, DataError, ModelError
-from grepvi.estimators import Target, get_estimator
+from grepvi.estimators import get_estimator
+from grepvi.experiments import observers as runs
+from grepvi.experiments import run_files
 from grepvi.families import Beta, Gamma
-from grepvi.inference import init
-from grepvi.optim import advi_stepsize
+from grepvi.inference.state import init
+from grepvi.optim.advi import advi_stepsize
+from grepvi.target import Target
 
 
 def _state():

@@ -9,12 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grepvi import run_files, runs
 from grepvi.errors import ConfigError
-from grepvi.estimators import Target, get_estimator
+from grepvi.estimators import get_estimator
+from grepvi.experiments import observers as runs
+from grepvi.experiments import run_files
 from grepvi.families import Gamma
-from grepvi.inference import init
-from grepvi.optim import advi_stepsize
+from grepvi.inference.state import init
+from grepvi.optim.advi import advi_stepsize
+from grepvi.target import Target
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):

@@ -1,4 +1,4 @@
-"""Data-parallel G-REP (grepvi.sharding) against the single-device computation.
+"""Data-parallel G-REP (grepvi.inference.sharding) against the single-device computation.
 
 Runs in a subprocess: the four CPU devices of ``--xla_force_host_platform_device_count=4``
 must be requested before JAX initializes, and this test process has already started JAX.
@@ -14,11 +14,11 @@ SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
     from grepvi.estimators.base import get_estimator
-    from grepvi.inference import init, step
+    from grepvi.inference.state import init, step
     from grepvi.models import sparse_gamma_def
     import optax
     from grepvi.errors import ConfigError
-    from grepvi.sharding import data_parallel, make_mesh, state_shardings
+    from grepvi.inference.sharding import data_parallel, make_mesh, state_shardings
 
     assert len(jax.devices()) == 4, jax.devices()
     data = np.random.default_rng(0).poisson(2.0, (16, 12)).astype(np.float32)
@@ -90,9 +90,9 @@ WORKER = textwrap.dedent(
     import numpy as np, optax
     from jax.experimental import multihost_utils
     from grepvi.estimators.base import get_estimator
-    from grepvi.inference import init
+    from grepvi.inference.state import init
     from grepvi.models import sparse_gamma_def
-    from grepvi.sharding import data_parallel, process_rows
+    from grepvi.inference.sharding import data_parallel, process_rows
 
     assert jax.process_count() == num_processes
     data = np.random.default_rng(0).poisson(2.0, (16, 12)).astype(np.float32)
@@ -163,9 +163,9 @@ def test_two_processes_reproduce_one_process(tmp_path):
 def test_docstring_examples():
     import doctest
 
-    import grepvi.minibatch
-    import grepvi.sharding
+    import grepvi.inference.minibatch
+    import grepvi.inference.sharding
 
-    for module in (grepvi.sharding, grepvi.minibatch):
+    for module in (grepvi.inference.sharding, grepvi.inference.minibatch):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module

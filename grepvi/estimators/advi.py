@@ -35,7 +35,6 @@ import math
 import jax
 import jax.numpy as jnp
 
-from grepvi._math import softplus
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import (
     EstimateInfo,
@@ -50,6 +49,7 @@ from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
 from grepvi.families.normal import Normal
 from grepvi.families.simplex_normal import SimplexNormal
+from grepvi.numerics import softplus
 from grepvi.validation import positive_int
 
 __all__ = ["advi", "advi_family", "advi_objective", "ADVI_FAMILIES"]

@@ -27,16 +27,9 @@ import jax
 import jax.numpy as jnp
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import (
-    EstimateInfo,
-    Estimator,
-    Target,
-    local_log_joints,
-    register_estimator,
-    total_entropy,
-    values_from_inputs,
-)
+from grepvi.estimators.base import EstimateInfo, Estimator, register_estimator, total_entropy
 from grepvi.estimators.grep import average_gradient_variance
+from grepvi.target import Target, local_log_joints, values_from_inputs
 from grepvi.validation import positive_int
 
 __all__ = ["bbvi", "score_terms", "control_variate_scale"]

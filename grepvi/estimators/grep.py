@@ -24,14 +24,12 @@ import jax.numpy as jnp
 from grepvi.estimators.base import (
     EstimateInfo,
     Estimator,
-    Target,
-    inputs_at_means,
-    local_log_joints,
     register_estimator,
     sample_standardized,
     total_entropy,
     transform_all,
 )
+from grepvi.target import Target, inputs_at_means, local_log_joints
 from grepvi.validation import positive_int
 
 __all__ = ["grep", "grep_surrogate", "baseline_log_joints", "average_gradient_variance", "multi_sample"]

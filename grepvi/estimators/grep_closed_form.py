@@ -25,21 +25,21 @@ through ``jax.vjp`` of ``natural_params``.
 import jax
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import (
     EstimateInfo,
     Estimator,
-    local_log_joints,
     register_estimator,
     sample_standardized,
     total_entropy,
     transform_all,
 )
 from grepvi.estimators.grep import multi_sample
-from grepvi.families.beta import Beta, _zero_correction_dphi
+from grepvi.families.beta import Beta, zero_correction_dphi
 from grepvi.families.gamma import Gamma
 from grepvi.families.lognormal import LogNormal
+from grepvi.target import local_log_joints
 from grepvi.validation import positive_int
 
 __all__ = ["grep_closed_form"]
@@ -49,14 +49,14 @@ def _gamma_natural_gradient(family, params, eps, f_log, f_local):
     # f_log = d f / d log z = z f'(z)
     natural = family.natural_params(params)
     a, b = natural["concentration"], natural["rate"]
-    trigamma, tetragamma = _math.trigamma(a), _math.tetragamma(a)
+    trigamma, tetragamma = numerics.trigamma(a), numerics.tetragamma(a)
     sqrt_trigamma = jnp.sqrt(trigamma)
     log_z = family.log_transform(params, eps)
     z = jnp.exp(log_z)  # only in b z of g_corr, where an underflow to 0 is the right value
     k = eps * tetragamma / (2.0 * sqrt_trigamma) + trigamma
     g_rep_a = f_log * k
     g_rep_b = -f_log / b
-    score_a = jnp.log(b) - _math.digamma(a) + log_z
+    score_a = jnp.log(b) - numerics.digamma(a) + log_z
     u_a = k + tetragamma / (2.0 * trigamma)
     g_corr_a = f_local * ((a - 1.0 - b * z) * k + score_a + u_a)
     entropy_a = 1.0 + (1.0 - a) * trigamma
@@ -69,23 +69,23 @@ def _beta_natural_gradient(family, params, eps, f_log, f_local):
     del f_local  # g_corr = 0 by the choice of sigma.
     a, b = family._ab(params)
     w = eps
-    logit = w + _math.digamma(a) - _math.digamma(b)
-    dphi_da, dphi_db = _zero_correction_dphi(a, b, w, logit)
+    logit = w + numerics.digamma(a) - numerics.digamma(b)
+    dphi_da, dphi_db = zero_correction_dphi(a, b, w, logit)
     scale = f_log
-    digamma_total = _math.digamma(a + b)
-    entropy_a = -(a - 1.0) * _math.trigamma(a) + (a + b - 2.0) * _math.trigamma(a + b)
-    entropy_b = -(b - 1.0) * _math.trigamma(b) + (a + b - 2.0) * _math.trigamma(a + b)
+    digamma_total = numerics.digamma(a + b)
+    entropy_a = -(a - 1.0) * numerics.trigamma(a) + (a + b - 2.0) * numerics.trigamma(a + b)
+    entropy_b = -(b - 1.0) * numerics.trigamma(b) + (a + b - 2.0) * numerics.trigamma(a + b)
     del digamma_total
     return {
-        "concentration1": scale * (_math.trigamma(a) + w * dphi_da) + entropy_a,
-        "concentration0": scale * (-_math.trigamma(b) + w * dphi_db) + entropy_b,
+        "concentration1": scale * (numerics.trigamma(a) + w * dphi_da) + entropy_a,
+        "concentration0": scale * (-numerics.trigamma(b) + w * dphi_db) + entropy_b,
     }
 
 
 def _lognormal_natural_gradient(family, params, eps, f_log, f_local):
     # f_log = d f / d log z = z f'(z)
     del f_local
-    scale = _math.softplus(params["scale"])
+    scale = numerics.softplus(params["scale"])
     return {"loc": f_log + 1.0, "scale": f_log * eps + 1.0 / scale}
 
 
@@ -135,7 +135,7 @@ def grep_closed_form(num_samples: int = 1, compute_variance: bool = False) -> Es
                 _, pullback = jax.vjp(family.natural_params, params[name])
             else:
                 _, pullback = jax.vjp(
-                    lambda p: {"loc": p["loc"], "scale": _math.softplus(p["scale"])}, params[name]
+                    lambda p: {"loc": p["loc"], "scale": numerics.softplus(p["scale"])}, params[name]
                 )
             (grad[name],) = pullback(natural_grad)
         elbo = log_joint + total_entropy(params, families)

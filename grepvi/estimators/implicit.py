@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import (
     EstimateInfo,
@@ -64,7 +64,7 @@ def implicit_latent(family, params, rng_key, log_space=False):
         natural = family.natural_params(params)
         log_g = jax.random.loggamma(rng_key, natural["concentration"], family.shape)
         log_z = log_g - jnp.log(natural["rate"])
-        return log_z if log_space else _math.safe_exp(log_z)
+        return log_z if log_space else numerics.safe_exp(log_z)
     if isinstance(family, Beta):
         natural = family.natural_params(params)
         key_a, key_b = jax.random.split(rng_key)
@@ -76,7 +76,7 @@ def implicit_latent(family, params, rng_key, log_space=False):
         alpha = family.natural_params(params)["concentration"]
         log_g = jax.random.loggamma(rng_key, alpha, family.shape)
         log_z = log_g - logsumexp(log_g, -1, keepdims=True)
-        return log_z if log_space else _math.safe_exp(log_z)
+        return log_z if log_space else numerics.safe_exp(log_z)
     if isinstance(family, PARAMETER_FREE_FAMILIES):
         eps = family.sample_standardized(params, rng_key)
         return family.log_space_transform(params, eps) if log_space else family.transform(params, eps)

@@ -49,20 +49,15 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln, logsumexp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import (
-    EstimateInfo,
-    Estimator,
-    local_log_joints,
-    register_estimator,
-    total_entropy,
-)
+from grepvi.estimators.base import EstimateInfo, Estimator, register_estimator, total_entropy
 from grepvi.estimators.grep import multi_sample
 from grepvi.estimators.implicit import PARAMETER_FREE_FAMILIES
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.target import local_log_joints
 from grepvi.validation import positive_int
 
 __all__ = [
@@ -162,12 +157,12 @@ def _latent(family, params, noise, log_space=False):
     log_g = [log_gamma_reparameterized(a, n) for a, n in zip(shapes, noise, strict=True)]
     if isinstance(family, Gamma):
         log_z = log_g[0] - jnp.log(family.natural_params(params)["rate"])
-        return log_z if log_space else _math.safe_exp(log_z)
+        return log_z if log_space else numerics.safe_exp(log_z)
     if isinstance(family, Beta):
         logit = log_g[0] - log_g[1]
         return logit if log_space else _clamped_sigmoid(logit)
     log_z = log_g[0] - logsumexp(log_g[0], -1, keepdims=True)
-    return log_z if log_space else _math.safe_exp(log_z)
+    return log_z if log_space else numerics.safe_exp(log_z)
 
 
 def _log_pi(family, params, noise):

@@ -133,7 +133,7 @@ class Family(abc.ABC):
     # --- information geometry (natural-gradient steps) ----------------------------------
     has_fisher = False  # True where fisher_solve / fisher_quad have closed forms
     # Parameters stored as softplus^{-1}(theta - floor) of a positive theta: natural-gradient
-    # steps cap their relative change (grepvi.natural_gradient).
+    # steps cap their relative change (grepvi.optim.natural_gradient).
     positive_parameters: ClassVar[tuple[str, ...]] = ()
 
     def fisher_solve(self, params: Params, grad: Params) -> tuple[Params, jax.Array]:
@@ -203,13 +203,13 @@ def to_log_space(z, support: str) -> jax.Array:
 
 def from_log_space(u, support: str) -> jax.Array:
     """The inverse of :func:`to_log_space`: ``exp``, ``sigmoid`` or the identity, clamped
-    as the families' ``transform`` (``grepvi._math.safe_exp``, ``safe_sigmoid``)."""
-    from grepvi import _math
+    as the families' ``transform`` (``grepvi.numerics.safe_exp``, ``safe_sigmoid``)."""
+    from grepvi import numerics
 
     if support == "unit_interval":
-        return _math.safe_sigmoid(u)
+        return numerics.safe_sigmoid(u)
     if support in ("positive", "simplex"):
-        return _math.safe_exp(u)
+        return numerics.safe_exp(u)
     return u
 
 

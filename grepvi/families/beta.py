@@ -35,7 +35,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.base import Family
 
 __all__ = ["Beta"]
@@ -74,14 +74,14 @@ class Beta(Family):
             a = a * jnp.exp(self.init_noise * jax.random.normal(key_a, self.shape, dtype))
             b = b * jnp.exp(self.init_noise * jax.random.normal(key_b, self.shape, dtype))
         return {
-            "concentration1": _math.inverse_softplus(a - self.min_concentration),
-            "concentration0": _math.inverse_softplus(b - self.min_concentration),
+            "concentration1": numerics.inverse_softplus(a - self.min_concentration),
+            "concentration0": numerics.inverse_softplus(b - self.min_concentration),
         }
 
     def natural_params(self, params):
         return {
-            "concentration1": self.min_concentration + _math.softplus(params["concentration1"]),
-            "concentration0": self.min_concentration + _math.softplus(params["concentration0"]),
+            "concentration1": self.min_concentration + numerics.softplus(params["concentration1"]),
+            "concentration0": self.min_concentration + numerics.softplus(params["concentration0"]),
         }
 
     def _ab(self, params):
@@ -89,7 +89,7 @@ class Beta(Family):
         return natural["concentration1"], natural["concentration0"]
 
     def _sigma(self, a, b):
-        return jnp.sqrt(_math.trigamma(a) + _math.trigamma(b))
+        return jnp.sqrt(numerics.trigamma(a) + numerics.trigamma(b))
 
     def sample_logit(self, params, rng_key, sample_shape=()):
         """``logit z`` for ``z ~ q``, from two log-gamma draws."""
@@ -101,22 +101,24 @@ class Beta(Family):
 
     def sample_standardized(self, params, rng_key, sample_shape=()):
         a, b = jax.lax.stop_gradient(self._ab(params))
-        centred = self.sample_logit(params, rng_key, sample_shape) - (_math.digamma(a) - _math.digamma(b))
+        centred = self.sample_logit(params, rng_key, sample_shape) - (
+            numerics.digamma(a) - numerics.digamma(b)
+        )
         if self.standardization == "zero-correction":
             return jax.lax.stop_gradient(centred)
         return jax.lax.stop_gradient(centred / self._sigma(a, b))
 
     def log_prob(self, params, z):
         a, b = self._ab(params)
-        return (a - 1.0) * jnp.log(z) + (b - 1.0) * jnp.log1p(-z) - _math.betaln(a, b)
+        return (a - 1.0) * jnp.log(z) + (b - 1.0) * jnp.log1p(-z) - numerics.betaln(a, b)
 
     def entropy(self, params):
         a, b = self._ab(params)
         return (
-            _math.betaln(a, b)
-            - (a - 1.0) * _math.digamma(a)
-            - (b - 1.0) * _math.digamma(b)
-            + (a + b - 2.0) * _math.digamma(a + b)
+            numerics.betaln(a, b)
+            - (a - 1.0) * numerics.digamma(a)
+            - (b - 1.0) * numerics.digamma(b)
+            + (a + b - 2.0) * numerics.digamma(a + b)
         )
 
     def mean(self, params):
@@ -138,7 +140,7 @@ class Beta(Family):
         a, b = self._ab(params)
         s_a = jax.nn.sigmoid(params["concentration1"])
         s_b = jax.nn.sigmoid(params["concentration0"])
-        t_a, t_b, t_c = _math.trigamma(a), _math.trigamma(b), _math.trigamma(a + b)
+        t_a, t_b, t_c = numerics.trigamma(a), numerics.trigamma(b), numerics.trigamma(a + b)
         return (
             s_a**2 * (t_a - t_c),
             -s_a * s_b * t_c,
@@ -165,7 +167,7 @@ class Beta(Family):
 
     def standardize(self, params, z):
         a, b = self._ab(params)
-        centred = jnp.log(z) - jnp.log1p(-z) - _math.digamma(a) + _math.digamma(b)
+        centred = jnp.log(z) - jnp.log1p(-z) - numerics.digamma(a) + numerics.digamma(b)
         if self.standardization == "zero-correction":
             return centred
         return centred / self._sigma(a, b)
@@ -174,18 +176,18 @@ class Beta(Family):
         """``logit T(eps; v)``; for the zero-correction variant its derivative in ``v`` is
         ``psi_1(alpha) + w dphi/dalpha`` (and likewise for beta), supplement C."""
         a, b = self._ab(params)
-        location = _math.digamma(a) - _math.digamma(b)
+        location = numerics.digamma(a) - numerics.digamma(b)
         if self.standardization == "logit":
             return eps * self._sigma(a, b) + location
         w = jax.lax.stop_gradient(eps)
         a_value, b_value = jax.lax.stop_gradient((a, b))
         logit = w + jax.lax.stop_gradient(location)
-        dphi_da, dphi_db = _zero_correction_dphi(a_value, b_value, w, logit)
+        dphi_da, dphi_db = zero_correction_dphi(a_value, b_value, w, logit)
         moving = location + w * (dphi_da * a + dphi_db * b)
         return logit + (moving - jax.lax.stop_gradient(moving))
 
     def transform(self, params, eps):
-        return _math.safe_sigmoid(self.logit_transform(params, eps))
+        return numerics.safe_sigmoid(self.logit_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         logit = self.logit_transform(params, eps)
@@ -205,12 +207,12 @@ class Beta(Family):
         return (
             -a * jax.nn.softplus(-logit)
             - b * jax.nn.softplus(logit)
-            - _math.betaln(a, b)
+            - numerics.betaln(a, b)
             + jnp.log(self._sigma(a, b))
         )
 
 
-def _zero_correction_dphi(a, b, w, logit):
+def zero_correction_dphi(a, b, w, logit):
     """``d phi / d alpha`` and ``d phi / d beta`` that zero ``g_corr`` (supplement C)."""
     z = jax.nn.sigmoid(logit)
     log_z = -jax.nn.softplus(-logit)
@@ -218,7 +220,7 @@ def _zero_correction_dphi(a, b, w, logit):
     coefficient = a - (a + b) * z
     denominator = coefficient * w + 1.0
     denominator = jnp.where(jnp.abs(denominator) < 1e-3, jnp.where(denominator < 0, -1e-3, 1e-3), denominator)
-    digamma_total = _math.digamma(a + b)
-    dphi_da = -(coefficient * _math.trigamma(a) + digamma_total - _math.digamma(a) + log_z)
-    dphi_db = -(-coefficient * _math.trigamma(b) + digamma_total - _math.digamma(b) + log_one_minus_z)
+    digamma_total = numerics.digamma(a + b)
+    dphi_da = -(coefficient * numerics.trigamma(a) + digamma_total - numerics.digamma(a) + log_z)
+    dphi_db = -(-coefficient * numerics.trigamma(b) + digamma_total - numerics.digamma(b) + log_one_minus_z)
     return dphi_da / denominator, dphi_db / denominator

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.base import Family
 
 __all__ = ["Dirichlet", "sqrtm_psd"]
@@ -87,13 +87,13 @@ class Dirichlet(Family):
         a = jnp.full(self.shape, self.init_concentration, dtype)
         if rng_key is not None and self.init_noise > 0:
             a = a * jnp.exp(self.init_noise * jax.random.normal(rng_key, self.shape, dtype))
-        return {"concentration": _math.inverse_softplus(a)}
+        return {"concentration": numerics.inverse_softplus(a)}
 
     def natural_params(self, params):
-        return {"concentration": _math.softplus(params["concentration"])}
+        return {"concentration": numerics.softplus(params["concentration"])}
 
     def _alpha(self, params):
-        return _math.softplus(params["concentration"])
+        return numerics.softplus(params["concentration"])
 
     # --- Fisher information -------------------------------------------------------------
     # In alpha: diag(psi_1(alpha_k)) - psi_1(alpha_0) 1 1^T (alpha_0 = sum alpha), solved by
@@ -104,8 +104,8 @@ class Dirichlet(Family):
     def fisher_solve(self, params, grad):
         v = params["concentration"]
         alpha, s = self._alpha(params), jax.nn.sigmoid(v)
-        diagonal = _math.trigamma(alpha)
-        total = _math.trigamma(jnp.sum(alpha, -1, keepdims=True))
+        diagonal = numerics.trigamma(alpha)
+        total = numerics.trigamma(jnp.sum(alpha, -1, keepdims=True))
         g = grad["concentration"] / s  # gradient in alpha
         d_inv_g = g / diagonal
         d_inv_1 = 1.0 / diagonal
@@ -119,20 +119,20 @@ class Dirichlet(Family):
         v = params["concentration"]
         alpha = self._alpha(params)
         d = delta["concentration"] * jax.nn.sigmoid(v)  # the move in alpha
-        total = _math.trigamma(jnp.sum(alpha, -1))
-        return jnp.sum(_math.trigamma(alpha) * d**2, -1) - total * jnp.sum(d, -1) ** 2
+        total = numerics.trigamma(jnp.sum(alpha, -1))
+        return jnp.sum(numerics.trigamma(alpha) * d**2, -1) - total * jnp.sum(d, -1) ** 2
 
     # --- the statistics being standardized ----------------------------------------------
     def _moments(self, alpha):
         """``mu``, the square root (matrix, or vector for "diagonal") and ``log det`` of it."""
         if self.standardization == "paper":
             total = jnp.sum(alpha, -1, keepdims=True)
-            mu = _math.digamma(alpha) - _math.digamma(total)
-            diagonal, rank_one = _math.trigamma(alpha), -_math.trigamma(total)
+            mu = numerics.digamma(alpha) - numerics.digamma(total)
+            diagonal, rank_one = numerics.trigamma(alpha), -numerics.trigamma(total)
         else:
             last = alpha[..., -1:]
-            mu = _math.digamma(alpha[..., :-1]) - _math.digamma(last)
-            diagonal, rank_one = _math.trigamma(alpha[..., :-1]), _math.trigamma(last)
+            mu = numerics.digamma(alpha[..., :-1]) - numerics.digamma(last)
+            diagonal, rank_one = numerics.trigamma(alpha[..., :-1]), numerics.trigamma(last)
         if self.standardization == "diagonal":
             variance = diagonal + rank_one
             return mu, jnp.sqrt(variance), 0.5 * jnp.sum(jnp.log(variance), -1)
@@ -168,7 +168,7 @@ class Dirichlet(Family):
         alpha = jax.lax.stop_gradient(self._alpha(params))
         if self.standardization == "gamma":
             log_g = log_gamma(rng_key, alpha, sample_shape)
-            eps = (log_g - _math.digamma(alpha)) * jax.lax.rsqrt(_math.trigamma(alpha))
+            eps = (log_g - numerics.digamma(alpha)) * jax.lax.rsqrt(numerics.trigamma(alpha))
             return jax.lax.stop_gradient(eps)
         log_z = self.sample_log(params, rng_key, sample_shape)
         return jax.lax.stop_gradient(self._standardize_log(alpha, log_z))
@@ -185,8 +185,8 @@ class Dirichlet(Family):
     def log_prob(self, params, z):
         alpha = self._alpha(params)
         return (
-            _math.gammaln(jnp.sum(alpha, -1))
-            - jnp.sum(_math.gammaln(alpha), -1)
+            numerics.gammaln(jnp.sum(alpha, -1))
+            - jnp.sum(numerics.gammaln(alpha), -1)
             + jnp.sum((alpha - 1.0) * jnp.log(z), -1)
         )
 
@@ -194,9 +194,11 @@ class Dirichlet(Family):
         alpha = self._alpha(params)
         total = jnp.sum(alpha, -1)
         k = alpha.shape[-1]
-        log_beta = jnp.sum(_math.gammaln(alpha), -1) - _math.gammaln(total)
+        log_beta = jnp.sum(numerics.gammaln(alpha), -1) - numerics.gammaln(total)
         return (
-            log_beta + (total - k) * _math.digamma(total) - jnp.sum((alpha - 1.0) * _math.digamma(alpha), -1)
+            log_beta
+            + (total - k) * numerics.digamma(total)
+            - jnp.sum((alpha - 1.0) * numerics.digamma(alpha), -1)
         )
 
     def mean(self, params):
@@ -225,7 +227,7 @@ class Dirichlet(Family):
         """``log T(eps; v)`` (exact, no underflow)."""
         alpha = self._alpha(params)
         if self.standardization == "gamma":
-            log_g = eps * jnp.sqrt(_math.trigamma(alpha)) + _math.digamma(alpha)
+            log_g = eps * jnp.sqrt(numerics.trigamma(alpha)) + numerics.digamma(alpha)
             return log_g - logsumexp(log_g, -1, keepdims=True)
         mu, root, _ = self._moments(alpha)
         if self.standardization == "diagonal":
@@ -235,7 +237,7 @@ class Dirichlet(Family):
         return self._log_z_from_statistic(statistic)
 
     def transform(self, params, eps):
-        return _math.safe_exp(self.log_transform(params, eps))
+        return numerics.safe_exp(self.log_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         if self.standardization == "gamma":
@@ -246,12 +248,12 @@ class Dirichlet(Family):
     def log_prob_standardized(self, params, eps):
         alpha = self._alpha(params)
         if self.standardization == "gamma":
-            sqrt_trigamma = jnp.sqrt(_math.trigamma(alpha))
-            digamma = _math.digamma(alpha)
+            sqrt_trigamma = jnp.sqrt(numerics.trigamma(alpha))
+            digamma = numerics.digamma(alpha)
             per_component = (
                 alpha * digamma
                 + jnp.log(sqrt_trigamma)
-                - _math.gammaln(alpha)
+                - numerics.gammaln(alpha)
                 + eps * alpha * sqrt_trigamma
                 - jnp.exp(eps * sqrt_trigamma + digamma)
             )
@@ -259,8 +261,8 @@ class Dirichlet(Family):
         log_z = self.log_transform(params, eps)
         _, _, log_det_root = self._moments(alpha)
         log_q = (
-            _math.gammaln(jnp.sum(alpha, -1))
-            - jnp.sum(_math.gammaln(alpha), -1)
+            numerics.gammaln(jnp.sum(alpha, -1))
+            - jnp.sum(numerics.gammaln(alpha), -1)
             + jnp.sum((alpha - 1.0) * log_z, -1)
         )
         return log_q + log_det_root + jnp.sum(log_z, -1)

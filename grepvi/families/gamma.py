@@ -25,7 +25,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.base import Family
 
 __all__ = ["Gamma"]
@@ -74,15 +74,15 @@ class Gamma(Family):
             if not value > floor:
                 raise ValueError(f"Gamma: {name} must exceed {floor:g}, got {value!r}")
         return {
-            "concentration": _math.inverse_softplus(concentration - self.min_concentration),
-            "mean": _math.inverse_softplus(mean - self.min_mean),
+            "concentration": numerics.inverse_softplus(concentration - self.min_concentration),
+            "mean": numerics.inverse_softplus(mean - self.min_mean),
         }
 
     def _concentration(self, params):
-        return self.min_concentration + _math.softplus(params["concentration"])
+        return self.min_concentration + numerics.softplus(params["concentration"])
 
     def _mean(self, params):
-        return self.min_mean + _math.softplus(params["mean"])
+        return self.min_mean + numerics.softplus(params["mean"])
 
     def natural_params(self, params):
         concentration = self._concentration(params)
@@ -113,7 +113,9 @@ class Gamma(Family):
         concentration = jax.lax.stop_gradient(self._concentration(params))
         log_standard = log_gamma(rng_key, concentration, sample_shape)
         # eps = (log z - psi(a) + log b) / sqrt(psi_1(a)); log z + log b ~ logGamma(a, 1).
-        eps = (log_standard - _math.digamma(concentration)) * jax.lax.rsqrt(_math.trigamma(concentration))
+        eps = (log_standard - numerics.digamma(concentration)) * jax.lax.rsqrt(
+            numerics.trigamma(concentration)
+        )
         return jax.lax.stop_gradient(eps)
 
     def log_prob(self, params, z):
@@ -123,14 +125,14 @@ class Gamma(Family):
         log_z = jnp.log(z)
         return (
             a * log_b
-            - _math.gammaln(a)
+            - numerics.gammaln(a)
             + (a - 1.0) * log_z
             - a * jnp.exp(log_z - jnp.log(self._mean(params)))
         )
 
     def entropy(self, params):
         a = self._concentration(params)
-        return a - self._log_rate(params) + _math.gammaln(a) + (1.0 - a) * _math.digamma(a)
+        return a - self._log_rate(params) + numerics.gammaln(a) + (1.0 - a) * numerics.digamma(a)
 
     def mean(self, params):
         return self._mean(params)
@@ -140,19 +142,21 @@ class Gamma(Family):
 
     def standardize(self, params, z):
         a = self._concentration(params)
-        return (jnp.log(z) - _math.digamma(a) + self._log_rate(params)) * jax.lax.rsqrt(_math.trigamma(a))
+        return (jnp.log(z) - numerics.digamma(a) + self._log_rate(params)) * jax.lax.rsqrt(
+            numerics.trigamma(a)
+        )
 
     def log_transform(self, params, eps):
         """``log T(eps; v)``, exact (no underflow)."""
         a = self._concentration(params)
-        return eps * jnp.sqrt(_math.trigamma(a)) + _math.digamma(a) - self._log_rate(params)
+        return eps * jnp.sqrt(numerics.trigamma(a)) + numerics.digamma(a) - self._log_rate(params)
 
     def transform(self, params, eps):
-        return _math.safe_exp(self.log_transform(params, eps))
+        return numerics.safe_exp(self.log_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         a = self._concentration(params)
-        return self.log_transform(params, eps) + 0.5 * jnp.log(_math.trigamma(a))
+        return self.log_transform(params, eps) + 0.5 * jnp.log(numerics.trigamma(a))
 
     # --- Fisher information -------------------------------------------------------------
     # In (shape alpha, mean m) the gamma's Fisher information is diagonal:
@@ -169,7 +173,7 @@ class Gamma(Family):
         # tiny means (softplus(v) ~ sigmoid(v) there), so nothing underflows.
         ratio = self._mean(params) / jax.nn.sigmoid(params["mean"])
         return {
-            "concentration": s_a**2 * _math.trigamma_minus_reciprocal(a),
+            "concentration": s_a**2 * numerics.trigamma_minus_reciprocal(a),
             "mean": a / ratio**2,
         }
 
@@ -185,12 +189,12 @@ class Gamma(Family):
 
     def log_prob_standardized(self, params, eps):
         a = self._concentration(params)
-        sqrt_trigamma = jnp.sqrt(_math.trigamma(a))
-        digamma = _math.digamma(a)
+        sqrt_trigamma = jnp.sqrt(numerics.trigamma(a))
+        digamma = numerics.digamma(a)
         return (
             a * digamma
             + jnp.log(sqrt_trigamma)
-            - _math.gammaln(a)
+            - numerics.gammaln(a)
             + eps * a * sqrt_trigamma
             - jnp.exp(eps * sqrt_trigamma + digamma)
         )

@@ -11,7 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.base import Family
 
 __all__ = ["LocationScale", "HALF_LOG_2PI", "gaussian_fisher_diagonal"]
@@ -23,7 +23,7 @@ def gaussian_fisher_diagonal(params):
     """Fisher information of ``Normal(loc, softplus(v)^2)`` in ``(loc, v)``: diagonal,
     ``1 / sigma^2`` and ``2 sigmoid(v)^2 / sigma^2``. A fixed bijection of the variable (exp,
     sigmoid, stick-breaking) leaves it unchanged."""
-    sigma = _math.softplus(params["scale"])
+    sigma = numerics.softplus(params["scale"])
     precision = 1.0 / sigma**2
     return {"loc": precision, "scale": 2.0 * jax.nn.sigmoid(params["scale"]) ** 2 * precision}
 
@@ -42,11 +42,11 @@ class LocationScale(Family):
             loc = loc + self.init_noise * jax.random.normal(rng_key, self.shape, dtype)
         return {
             "loc": loc,
-            "scale": _math.inverse_softplus(jnp.full(self.shape, self.init_scale, dtype)),
+            "scale": numerics.inverse_softplus(jnp.full(self.shape, self.init_scale, dtype)),
         }
 
     def natural_params(self, params):
-        return {"loc": params["loc"], "scale": _math.softplus(params["scale"])}
+        return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
 
     def sample_standardized(self, params, rng_key, sample_shape=()):
         dtype = jnp.result_type(params["loc"])

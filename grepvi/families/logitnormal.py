@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.location_scale import HALF_LOG_2PI as _HALF_LOG_2PI
 from grepvi.families.location_scale import LocationScale
 
@@ -54,18 +54,18 @@ class LogitNormal(LocationScale):
     support = "unit_interval"
 
     def log_prob(self, params, z):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         log_z, log_one_minus_z = jnp.log(z), jnp.log1p(-z)
         logit = log_z - log_one_minus_z
         return -0.5 * ((logit - loc) / scale) ** 2 - jnp.log(scale) - _HALF_LOG_2PI - log_z - log_one_minus_z
 
     def entropy(self, params):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         log_jacobian = gauss_hermite_expectation(lambda x: _log_sigmoid(x) + _log_sigmoid(-x), loc, scale)
         return 0.5 + jnp.log(scale) + _HALF_LOG_2PI + log_jacobian
 
     def mean(self, params):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         return gauss_hermite_expectation(jax.nn.sigmoid, loc, scale)
 
     def log_space_mean(self, params):
@@ -74,22 +74,22 @@ class LogitNormal(LocationScale):
         return jnp.where(jnp.isfinite(logit), logit, params["loc"])
 
     def variance(self, params):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         mean = gauss_hermite_expectation(jax.nn.sigmoid, loc, scale)
         # E[(z - m)^2] directly (no cancellation of E[z^2] - m^2 for small variances).
         return gauss_hermite_expectation(lambda x: (jax.nn.sigmoid(x) - mean[..., None]) ** 2, loc, scale)
 
     def standardize(self, params, z):
         logit = jnp.log(z) - jnp.log1p(-z)
-        return (logit - params["loc"]) / _math.softplus(params["scale"])
+        return (logit - params["loc"]) / numerics.softplus(params["scale"])
 
     def logit_transform(self, params, eps):
         """``logit T(eps; v) = mu + sigma eps``, exact."""
-        return params["loc"] + _math.softplus(params["scale"]) * eps
+        return params["loc"] + numerics.softplus(params["scale"]) * eps
 
     def transform(self, params, eps):
-        return _math.safe_sigmoid(self.logit_transform(params, eps))
+        return numerics.safe_sigmoid(self.logit_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         logit = self.logit_transform(params, eps)
-        return _log_sigmoid(logit) + _log_sigmoid(-logit) + jnp.log(_math.softplus(params["scale"]))
+        return _log_sigmoid(logit) + _log_sigmoid(-logit) + jnp.log(numerics.softplus(params["scale"]))

@@ -9,7 +9,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.location_scale import HALF_LOG_2PI as _HALF_LOG_2PI
 from grepvi.families.location_scale import LocationScale
 
@@ -23,34 +23,34 @@ class LogNormal(LocationScale):
     support = "positive"
 
     def log_prob(self, params, z):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         log_z = jnp.log(z)
         return -0.5 * ((log_z - loc) / scale) ** 2 - jnp.log(scale) - _HALF_LOG_2PI - log_z
 
     def entropy(self, params):
-        scale = _math.softplus(params["scale"])
+        scale = numerics.softplus(params["scale"])
         return params["loc"] + 0.5 + jnp.log(scale) + _HALF_LOG_2PI
 
     def mean(self, params):
-        scale = _math.softplus(params["scale"])
+        scale = numerics.softplus(params["scale"])
         return jnp.exp(params["loc"] + 0.5 * scale**2)
 
     def log_space_mean(self, params):
         """``log E[z] = mu + s^2 / 2``, finite where the mean overflows."""
-        return params["loc"] + 0.5 * _math.softplus(params["scale"]) ** 2
+        return params["loc"] + 0.5 * numerics.softplus(params["scale"]) ** 2
 
     def variance(self, params):
-        scale = _math.softplus(params["scale"])
+        scale = numerics.softplus(params["scale"])
         return jnp.expm1(scale**2) * jnp.exp(2.0 * params["loc"] + scale**2)
 
     def standardize(self, params, z):
-        return (jnp.log(z) - params["loc"]) / _math.softplus(params["scale"])
+        return (jnp.log(z) - params["loc"]) / numerics.softplus(params["scale"])
 
     def log_transform(self, params, eps):
-        return params["loc"] + _math.softplus(params["scale"]) * eps
+        return params["loc"] + numerics.softplus(params["scale"]) * eps
 
     def transform(self, params, eps):
-        return _math.safe_exp(self.log_transform(params, eps))
+        return numerics.safe_exp(self.log_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
-        return self.log_transform(params, eps) + jnp.log(_math.softplus(params["scale"]))
+        return self.log_transform(params, eps) + jnp.log(numerics.softplus(params["scale"]))

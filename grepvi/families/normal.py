@@ -8,7 +8,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.location_scale import HALF_LOG_2PI as _HALF_LOG_2PI
 from grepvi.families.location_scale import LocationScale
 
@@ -22,23 +22,23 @@ class Normal(LocationScale):
     support = "real"
 
     def log_prob(self, params, z):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         return -0.5 * ((z - loc) / scale) ** 2 - jnp.log(scale) - _HALF_LOG_2PI
 
     def entropy(self, params):
-        return 0.5 + jnp.log(_math.softplus(params["scale"])) + _HALF_LOG_2PI
+        return 0.5 + jnp.log(numerics.softplus(params["scale"])) + _HALF_LOG_2PI
 
     def mean(self, params):
         return params["loc"]
 
     def variance(self, params):
-        return _math.softplus(params["scale"]) ** 2
+        return numerics.softplus(params["scale"]) ** 2
 
     def standardize(self, params, z):
-        return (z - params["loc"]) / _math.softplus(params["scale"])
+        return (z - params["loc"]) / numerics.softplus(params["scale"])
 
     def transform(self, params, eps):
-        return params["loc"] + _math.softplus(params["scale"]) * eps
+        return params["loc"] + numerics.softplus(params["scale"]) * eps
 
     def log_abs_det_jacobian(self, params, eps):
-        return jnp.broadcast_to(jnp.log(_math.softplus(params["scale"])), jnp.shape(eps))
+        return jnp.broadcast_to(jnp.log(numerics.softplus(params["scale"])), jnp.shape(eps))

@@ -28,7 +28,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.base import Family
 from grepvi.families.location_scale import gaussian_fisher_diagonal
 from grepvi.families.logitnormal import gauss_hermite_expectation
@@ -74,11 +74,11 @@ class SimplexNormal(Family):
             loc = loc + self.init_noise * jax.random.normal(rng_key, shape, dtype)
         return {
             "loc": loc,
-            "scale": _math.inverse_softplus(jnp.full(shape, self.init_scale, dtype)),
+            "scale": numerics.inverse_softplus(jnp.full(shape, self.init_scale, dtype)),
         }
 
     def natural_params(self, params):
-        return {"loc": params["loc"], "scale": _math.softplus(params["scale"])}
+        return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
 
     has_fisher = True  # the Gaussian's on the K - 1 stick-breaking coordinates
     positive_parameters = ("scale",)
@@ -116,14 +116,14 @@ class SimplexNormal(Family):
         return u + self._offset(jnp.result_type(x))
 
     def log_prob(self, params, z):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         y = self._unconstrain(z)
         _, log_jacobian = self._stick_breaking(y)
         log_normal = -0.5 * ((y - loc) / scale) ** 2 - jnp.log(scale) - _HALF_LOG_2PI
         return jnp.sum(log_normal, -1) - log_jacobian
 
     def _fraction_moments(self, params):
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         loc = loc - self._offset(jnp.result_type(loc))
         return loc, scale
 
@@ -162,11 +162,11 @@ class SimplexNormal(Family):
 
     # --- standardization ---------------------------------------------------------------
     def standardize(self, params, z):
-        return (self._unconstrain(z) - params["loc"]) / _math.softplus(params["scale"])
+        return (self._unconstrain(z) - params["loc"]) / numerics.softplus(params["scale"])
 
     def unconstrained_transform(self, params, eps):
         """``y = mu + sigma eps``."""
-        return params["loc"] + _math.softplus(params["scale"]) * eps
+        return params["loc"] + numerics.softplus(params["scale"]) * eps
 
     def log_transform(self, params, eps):
         """``log T(eps; v)``, exact in log space."""
@@ -174,11 +174,11 @@ class SimplexNormal(Family):
         return log_x
 
     def transform(self, params, eps):
-        return _math.safe_exp(self.log_transform(params, eps))
+        return numerics.safe_exp(self.log_transform(params, eps))
 
     def log_abs_det_jacobian(self, params, eps):
         _, log_jacobian = self._stick_breaking(self.unconstrained_transform(params, eps))
-        return log_jacobian + jnp.sum(jnp.log(_math.softplus(params["scale"])), -1)
+        return log_jacobian + jnp.sum(jnp.log(numerics.softplus(params["scale"])), -1)
 
     def log_prob_standardized(self, params, eps):
         return jnp.sum(-0.5 * eps**2 - _HALF_LOG_2PI, -1)

@@ -4,7 +4,7 @@ through a bijection onto any constrained support.
 G-REP holds for any differentiable transform (Ruiz, Titsias & Blei 2016, Section 3), so a
 family on a shifted or scaled support, or on a support reached by a bijection, needs no new
 theory; these two wrappers give every continuous support of NumPyro's constraint registry a
-family (:func:`grepvi.numpyro_model.family_for_support` picks them).
+family (:func:`grepvi.interop.numpyro_model.family_for_support` picks them).
 
 :class:`Affine`: ``z = loc + scale * w`` with ``w`` from a scalar base family (``c + Gamma``
 on ``(c, inf)``, ``a + (b - a) Beta`` on ``(a, b)``, ``c - Gamma`` on ``(-inf, c)``). The
@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.families.base import Family
 from grepvi.families.location_scale import HALF_LOG_2PI, gaussian_fisher_diagonal
 
@@ -219,11 +219,11 @@ class TransformedNormal(Family):
     def init_params(self, rng_key=None, dtype=jnp.float32):
         return {
             "loc": jnp.full(self.unconstrained_shape, self.init_loc, dtype),
-            "scale": _math.inverse_softplus(jnp.full(self.unconstrained_shape, self.init_scale, dtype)),
+            "scale": numerics.inverse_softplus(jnp.full(self.unconstrained_shape, self.init_scale, dtype)),
         }
 
     def natural_params(self, params):
-        return {"loc": params["loc"], "scale": _math.softplus(params["scale"])}
+        return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
 
     def _event_sum(self, x):
         """Sum over the unconstrained event axes (per batch element)."""
@@ -235,27 +235,27 @@ class TransformedNormal(Family):
         return jax.random.normal(rng_key, tuple(sample_shape) + self.unconstrained_shape, dtype)
 
     def _unconstrained(self, params, eps):
-        return params["loc"] + _math.softplus(params["scale"]) * eps
+        return params["loc"] + numerics.softplus(params["scale"]) * eps
 
     def transform(self, params, eps):
         return self.transform_(self._unconstrained(params, eps))
 
     def standardize(self, params, z):
-        return (self.transform_.inv(z) - params["loc"]) / _math.softplus(params["scale"])
+        return (self.transform_.inv(z) - params["loc"]) / numerics.softplus(params["scale"])
 
     def _log_det(self, u):
         return self.transform_.log_abs_det_jacobian(u, self.transform_(u))
 
     def log_abs_det_jacobian(self, params, eps):
         u = self._unconstrained(params, eps)
-        return self._log_det(u) + self._event_sum(jnp.log(_math.softplus(params["scale"])) + 0 * eps)
+        return self._log_det(u) + self._event_sum(jnp.log(numerics.softplus(params["scale"])) + 0 * eps)
 
     def log_prob_standardized(self, params, eps):
         return self._event_sum(-0.5 * eps**2 - HALF_LOG_2PI)
 
     def log_prob(self, params, z):
         u = self.transform_.inv(z)
-        scale = _math.softplus(params["scale"])
+        scale = numerics.softplus(params["scale"])
         normal = self._event_sum(-0.5 * ((u - params["loc"]) / scale) ** 2 - jnp.log(scale) - HALF_LOG_2PI)
         return normal - self._log_det(u)
 
@@ -267,13 +267,13 @@ class TransformedNormal(Family):
         dtype = jnp.result_type(params["loc"])
         nodes = jnp.asarray(np.sqrt(2.0) * _NODES, dtype)
         weights = jnp.asarray(_WEIGHTS / np.sqrt(np.pi), dtype)
-        loc, scale = params["loc"], _math.softplus(params["scale"])
+        loc, scale = params["loc"], numerics.softplus(params["scale"])
         points = loc + scale * nodes.reshape((-1,) + (1,) * loc.ndim)
         values = jax.vmap(self._log_det)(points)
         return jnp.tensordot(weights, values, axes=1)
 
     def entropy(self, params):
-        scale = _math.softplus(params["scale"])
+        scale = numerics.softplus(params["scale"])
         return self._event_sum(0.5 + jnp.log(scale) + HALF_LOG_2PI) + self.expected_log_det(params)
 
     def _moments(self, params):
@@ -293,7 +293,7 @@ class TransformedNormal(Family):
 
     def variance(self, params):
         if self.identity:
-            return _math.softplus(params["scale"]) ** 2
+            return numerics.softplus(params["scale"]) ** 2
         return self._moments(params)[1]
 
     def fisher_solve(self, params, grad):

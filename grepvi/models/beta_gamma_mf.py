@@ -35,13 +35,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Beta, Gamma
 from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
 from grepvi.models.model import Model, value_space_functions
-from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION, INIT_NOISE, _positive
+from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION, INIT_NOISE
+from grepvi.validation import positive_float
 
 __all__ = ["beta_gamma_mf", "bernoulli_log_likelihood", "logit"]
 
@@ -85,8 +86,8 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
         raise ConfigError(f"num_factors: expected a positive integer, found {num_factors!r}")
     hyperparameters = {
         "num_factors": int(num_factors),
-        "weight_shape": _positive(weight_shape, "weight_shape"),
-        "weight_rate": _positive(weight_rate, "weight_rate"),
+        "weight_shape": positive_float(weight_shape, "weight_shape"),
+        "weight_rate": positive_float(weight_rate, "weight_rate"),
     }
     num_observations, num_dimensions = x.shape
     k = hyperparameters["num_factors"]
@@ -95,7 +96,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
 
     # The latents arrive as logit z and log w (log_space=True).
     def logits(log_latents):
-        return log_latents["z"] @ _math.exp_linear_tail(log_latents["w"])
+        return log_latents["z"] @ numerics.exp_linear_tail(log_latents["w"])
 
     def likelihood(log_latents, data):
         return bernoulli_log_likelihood(data["x"], logits(log_latents))
@@ -188,7 +189,7 @@ def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
         jax.random.uniform(key_z, (num_observations, k), jnp.float32), finfo.tiny, 1.0 - finfo.epsneg
     )
     log_w = jax.random.loggamma(key_w, jnp.full((k, num_dimensions), hyper["weight_shape"], jnp.float32))
-    w = _math.safe_exp(log_w - np.log(hyper["weight_rate"]))
+    w = numerics.safe_exp(log_w - np.log(hyper["weight_rate"]))
     probability = jax.nn.sigmoid(logit(z) @ w)
     observed = jax.random.bernoulli(key_x, probability).astype(jnp.float32)
     return observed, {"z": z, "w": w}

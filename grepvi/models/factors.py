@@ -78,7 +78,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.errors import ModelError
 
 __all__ = [
@@ -413,12 +413,12 @@ def log_joint(
 def gamma_log_density_log_space(log_z, shape, rate):
     """``log Gamma(z; shape, rate)`` per element as a function of ``log z`` (the density of
     ``z``, no Jacobian): ``shape log rate - log Gamma(shape) + (shape - 1) log z - rate e^log z``
-    (``e^log z`` continued linearly above ``e^30``, :func:`grepvi._math.exp_linear_tail`)."""
+    (``e^log z`` continued linearly above ``e^30``, :func:`grepvi.numerics.exp_linear_tail`)."""
     return (
         shape * jnp.log(rate)
         - jax.scipy.special.gammaln(jnp.asarray(shape, jnp.result_type(log_z)))
         + (shape - 1.0) * log_z
-        - rate * _math.exp_linear_tail(log_z)
+        - rate * numerics.exp_linear_tail(log_z)
     )
 
 

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import jax
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import Target
 from grepvi.families.base import Family, to_log_space
 from grepvi.models.factors import LogJoint
+from grepvi.target import Target
 
 __all__ = ["Model", "OBSERVATION_AXIS", "ValueSpaceFunctions", "value_space_functions"]
 

@@ -28,7 +28,7 @@ which lowers the variance of G-REP's correction term).
 
 Numerics: the factors take every latent in log space (``Model.log_space``; the gamma families
 draw there): ``log z`` and ``log W``, never ``z`` rounded to 0. The Poisson rate and the prior
-means are computed as ``log(z W) = log_matmul_exp(log z, log W)`` (:func:`grepvi._math.
+means are computed as ``log(z W) = log_matmul_exp(log z, log W)`` (:func:`grepvi.numerics.
 log_matmul_exp`), so that a mean of ``1e-60`` stays ``1e-60`` and the prior's ``alpha z / m``
 is ``alpha exp(log z - log m)``, whose derivative is finite where ``alpha z / m^2`` overflowed
 float32 (Olivetti at the paper's eta = 5 skipped 1.5% of its steps for that reason).
@@ -48,12 +48,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from grepvi import _math
+from grepvi import numerics
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Gamma
 from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
 from grepvi.models.model import Model, value_space_functions
+from grepvi.validation import positive_float
 
 __all__ = ["sparse_gamma_def", "poisson_log_likelihood", "MAX_SAMPLED_RATE"]
 
@@ -73,17 +74,7 @@ def poisson_log_likelihood(x, rate, log_factorial=None):
 def poisson_log_likelihood_log_rate(x, log_rate, log_factorial=None):
     """``log Poisson(x; exp(log_rate))`` per entry: ``x log_rate - exp(log_rate) - log x!``."""
     log_factorial = gammaln(x + 1.0) if log_factorial is None else log_factorial
-    return x * log_rate - _math.exp_linear_tail(log_rate) - log_factorial
-
-
-def _positive(value, name):
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{name}: expected a positive number, found {value!r}") from error
-    if not np.isfinite(number) or number <= 0:
-        raise ConfigError(f"{name}: expected a positive finite number, found {value!r}")
-    return number
+    return x * log_rate - numerics.exp_linear_tail(log_rate) - log_factorial
 
 
 def _layer_sizes(layer_sizes):
@@ -142,11 +133,11 @@ def sparse_gamma_def(
     sizes_k = _layer_sizes(layer_sizes)
     hyperparameters = {
         "layer_sizes": sizes_k,
-        "alpha_z": _positive(alpha_z, "alpha_z"),
-        "weight_shape": _positive(weight_shape, "weight_shape"),
-        "weight_rate": _positive(weight_rate, "weight_rate"),
-        "top_shape": _positive(top_shape, "top_shape"),
-        "top_rate": _positive(top_rate, "top_rate"),
+        "alpha_z": positive_float(alpha_z, "alpha_z"),
+        "weight_shape": positive_float(weight_shape, "weight_shape"),
+        "weight_rate": positive_float(weight_rate, "weight_rate"),
+        "top_shape": positive_float(top_shape, "top_shape"),
+        "top_rate": positive_float(top_rate, "top_rate"),
     }
     alpha = hyperparameters["alpha_z"]
     num_layers = len(sizes_k)
@@ -162,7 +153,7 @@ def sparse_gamma_def(
 
     # Every latent arrives as its logarithm (log_space=True).
     def log_rate(log_latents):
-        return _math.log_matmul_exp(log_latents["z1"], log_latents["W0"])
+        return numerics.log_matmul_exp(log_latents["z1"], log_latents["W0"])
 
     def likelihood(log_latents, data):
         return poisson_log_likelihood_log_rate(data["x"], log_rate(log_latents), data["log_factorial"])
@@ -170,14 +161,14 @@ def sparse_gamma_def(
     def layer_prior(l):
         def factor(log_latents, data):
             log_z = log_latents[f"z{l}"]
-            log_mean = _math.log_matmul_exp(log_latents[f"z{l + 1}"], log_latents[f"W{l}"])
+            log_mean = numerics.log_matmul_exp(log_latents[f"z{l + 1}"], log_latents[f"W{l}"])
             # Gamma(alpha, alpha / mean): alpha log(alpha / mean) - lgamma(alpha)
             #                             + (alpha - 1) log z - alpha z / mean
             return (
                 alpha * (np.log(alpha) - log_mean)
                 - gammaln(alpha)
                 + (alpha - 1.0) * log_z
-                - alpha * _math.exp_linear_tail(log_z - log_mean)
+                - alpha * numerics.exp_linear_tail(log_z - log_mean)
             )
 
         return factor
@@ -298,13 +289,13 @@ def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
         start += size
     values = {}
     for l in range(num_layers):
-        values[f"W{l}"] = _math.safe_exp(pieces[f"W{l}"] - np.log(hyper["weight_rate"]))
+        values[f"W{l}"] = numerics.safe_exp(pieces[f"W{l}"] - np.log(hyper["weight_rate"]))
     top = f"z{num_layers}"
-    values[top] = _math.safe_exp(pieces[top] - np.log(hyper["top_rate"]))
+    values[top] = numerics.safe_exp(pieces[top] - np.log(hyper["top_rate"]))
     for l in range(num_layers - 1, 0, -1):
         mean = values[f"z{l + 1}"] @ values[f"W{l}"]
         log_mean = jnp.log(jnp.maximum(mean, jnp.finfo(mean.dtype).tiny))
-        values[f"z{l}"] = _math.safe_exp(pieces[f"z{l}"] + log_mean - np.log(alpha))
+        values[f"z{l}"] = numerics.safe_exp(pieces[f"z{l}"] + log_mean - np.log(alpha))
     poisson_rate = jnp.clip(values["z1"] @ values["W0"], 0.0, MAX_SAMPLED_RATE)
     counts = jax.random.poisson(key_poisson, poisson_rate).astype(jnp.float32)
     return counts, values

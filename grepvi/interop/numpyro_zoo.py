@@ -1,6 +1,6 @@
 """Textbook models written as a NumPyro user writes them, with their small published data sets.
 
-The test zoo of :func:`grepvi.numpyro_model.from_numpyro` (``tests/test_numpyro_zoo.py``), with
+The test zoo of :func:`grepvi.interop.numpyro_model.from_numpyro` (``tests/test_numpyro_zoo.py``), with
 NUTS and NumPyro ``AutoNormal`` references made by ``scripts/make_zoo_references.py``. Each entry
 of :data:`ZOO` is ``(model, data)``: ``from_numpyro(model, *data)``. NumPyro is an optional extra.
 
@@ -172,7 +172,7 @@ assert len(RATS_TUMORS) == len(RATS_SIZES) == 71 and len(NEWCOMB) == 66
 def elbo_estimate(model, guide, param_map, data, num_particles: int = 20_000, seed: int = 0):
     """``(ELBO, standard error)`` of a NumPyro guide at ``param_map``: the mean of
     ``num_particles`` one-draw ``Trace_ELBO`` values ``log p(x, z) - log q(z)`` (the same
-    estimator for every guide: grepvi's through :class:`grepvi.numpyro_svi.GrepGuide`)."""
+    estimator for every guide: grepvi's through :class:`grepvi.interop.numpyro_svi.GrepGuide`)."""
     import jax
     from numpyro.infer import Trace_ELBO
 
@@ -185,7 +185,7 @@ def elbo_estimate(model, guide, param_map, data, num_particles: int = 20_000, se
 
 
 def grepvi_param_map(params: dict) -> dict:
-    """A grepvi fit's ``params`` as :class:`~grepvi.numpyro_svi.GrepGuide`'s NumPyro params."""
-    from grepvi.numpyro_svi import SEPARATOR
+    """A grepvi fit's ``params`` as :class:`~grepvi.interop.numpyro_svi.GrepGuide`'s NumPyro params."""
+    from grepvi.interop.numpyro_svi import SEPARATOR
 
     return {f"{site}{SEPARATOR}{name}": value for site, p in params.items() for name, value in p.items()}

@@ -4,10 +4,10 @@ The design follows RAABBVI (Welandawe, Andersen, Vehtari & Huggins 2022) and FAS
 Catalina, Welandawe, Andersen, Huggins & Vehtari 2020), with Stan's step-size adaptation
 (Kucukelbir et al. 2017) turned into a choice between update rules; its shape is that of
 blackjax's ``window_adaptation`` and optax's ``contrib.reduce_on_plateau``: a NamedTuple of
-arrays that a short loop (:mod:`grepvi.driver`) threads through and checkpoints, so a run
+arrays that a short loop (:mod:`grepvi.inference.driver`) threads through and checkpoints, so a run
 killed at any moment and resumed from its last checkpoint takes the same decisions.
 
-0. **Trial.** Each candidate (:class:`grepvi.rules.Candidate`: natural-gradient steps with a
+0. **Trial.** Each candidate (:class:`grepvi.inference.rules.Candidate`: natural-gradient steps with a
    KL trust region where every family has a closed-form Fisher information, and Adam at three
    rates) runs ``trial_steps`` iterations from the same start, in the same compiled program
    (the rule is an index in the optimizer state). A candidate's score is the median ELBO of
@@ -386,7 +386,7 @@ def update(
     Args:
       summary: the window's :class:`WindowSummary`.
       loop_state: the loop state after the window.
-      candidates: the :class:`grepvi.rules.Candidate` list.
+      candidates: the :class:`grepvi.inference.rules.Candidate` list.
       initial_state: the loop state every candidate starts from.
       select: ``(loop state, candidate index, step size) -> loop state`` (sets the rule).
       distance: ``(params, delta) -> float``, the Fisher-metric length of ``delta`` at

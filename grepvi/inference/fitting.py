@@ -1,10 +1,10 @@
 """``grepvi.fit``: a mean-field approximation fitted with the defaults, or with a fixed schedule.
 
-Both run through the one loop of :mod:`grepvi.driver`: by default the procedure of
-:mod:`grepvi.controller` (a trial of update rules, stages, averaging, a convergence rule)
+Both run through the one loop of :mod:`grepvi.inference.driver`: by default the procedure of
+:mod:`grepvi.inference.controller` (a trial of update rules, stages, averaging, a convergence rule)
 chooses the rule and step size by setting arrays of the state, so the whole fit is one
 compiled program; with ``step_size`` (the paper's Eq. 9) or ``optimizer`` the controller
-never changes the step. ``resume`` continues a run from its :class:`~grepvi.driver.RunState`
+never changes the step. ``resume`` continues a run from its :class:`~grepvi.inference.driver.RunState`
 exactly as if it had not stopped.
 """
 
@@ -17,14 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grepvi import controller, driver, rules, validation
-from grepvi.controller import AdaptiveSettings, Convergence
+from grepvi import validation
 from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning, NumericalError
-from grepvi.estimators.base import Estimator, Target, get_estimator
+from grepvi.estimators.base import Estimator, get_estimator
 from grepvi.families.base import Family, Posterior
-from grepvi.inference import StepInfo, Trace, check_target, init, make_target, step
-from grepvi.natural_gradient import fisher_mean_quad
-from grepvi.optim import advi_stepsize
+from grepvi.inference import controller, driver, rules
+from grepvi.inference.controller import AdaptiveSettings, Convergence
+from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step
+from grepvi.optim.advi import advi_stepsize
+from grepvi.optim.natural_gradient import fisher_mean_quad
+from grepvi.target import Target
 
 __all__ = [
     "FitResult",
@@ -53,8 +55,8 @@ class FitResult(NamedTuple):
       estimator: the estimator's name.
       state: the last optimizer state (resumable with :func:`step`).
       convergence: how the run ended (``converged``, ``reason``, ``num_iterations``, the
-        estimated ``accuracy``, the rule kept and why); see :class:`grepvi.controller.Convergence`.
-      run_state: everything the run needs to continue (:class:`grepvi.driver.RunState`):
+        estimated ``accuracy``, the rule kept and why); see :class:`grepvi.inference.controller.Convergence`.
+      run_state: everything the run needs to continue (:class:`grepvi.inference.driver.RunState`):
         ``fit(..., resume=result.run_state)`` with a larger cap goes on as if it had not
         stopped.
     """
@@ -97,8 +99,8 @@ def average_estimates(estimator: Estimator, count: int) -> Estimator:
 
 
 class Setup(NamedTuple):
-    """A run ready for :func:`grepvi.driver.run`: the compiled window, the plan, the initial
-    :class:`~grepvi.driver.RunState`, the data, and what the result needs."""
+    """A run ready for :func:`grepvi.inference.driver.run`: the compiled window, the plan, the initial
+    :class:`~grepvi.inference.driver.RunState`, the data, and what the result needs."""
 
     window: Any
     plan: driver.Plan
@@ -148,7 +150,7 @@ def setup(
 ) -> Setup:
     """The window, plan and initial state of a fit (the default procedure, or a fixed schedule
     with ``step_size`` / ``optimizer``); ``batch_size`` runs minibatch VI over the rows of
-    ``model`` (:mod:`grepvi.minibatch`)."""
+    ``model`` (:mod:`grepvi.inference.minibatch`)."""
     fixed = step_size is not None or optimizer is not None
     settings = settings or AdaptiveSettings()
     if chunk_size is not None:
@@ -229,9 +231,9 @@ def setup(
 
 
 def _parallel_step(model, target, estimator, optimizer, key, init_params, data):
-    """The data-parallel step (:mod:`grepvi.sharding`): rows of the data and of the local
+    """The data-parallel step (:mod:`grepvi.inference.sharding`): rows of the data and of the local
     latents split over every device, the weights replicated (one device: the plain step)."""
-    from grepvi import sharding
+    from grepvi.inference import sharding
 
     if model is None:
         raise ConfigError("parallel: data-parallel VI needs a model built from named-axis factors (its rows)")
@@ -247,7 +249,7 @@ def _parallel_step(model, target, estimator, optimizer, key, init_params, data):
 
 
 def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_params):
-    from grepvi import minibatch
+    from grepvi.inference import minibatch
 
     if model is None:
         raise ConfigError(
@@ -292,7 +294,7 @@ def fit(
 ) -> FitResult:
     """Fits a mean-field variational approximation by stochastic gradient ascent on the ELBO.
 
-    By default (no ``step_size``, no ``optimizer``) the procedure of :mod:`grepvi.controller`
+    By default (no ``step_size``, no ``optimizer``) the procedure of :mod:`grepvi.inference.controller`
     runs: a short trial of natural-gradient steps (KL trust region) and Adam from the same
     start, the better kept, its iterates averaged once stationary, the step halved in stages,
     until two stages agree within ``tolerance`` posterior standard deviations or a cap is
@@ -326,18 +328,18 @@ def fit(
         (``log z`` for gamma, log-normal and Dirichlet latents, ``logit z`` for beta ones).
       init_params: unconstrained starting parameters (else each family's ``init_params``).
       estimator_options: further options of the estimator.
-      settings: all knobs of the default procedure (:class:`grepvi.controller.AdaptiveSettings`).
+      settings: all knobs of the default procedure (:class:`grepvi.inference.controller.AdaptiveSettings`).
       chunk_size: iterations per compiled window (default 100).
       progress: show a progress bar (default: when the run may be long).
       batch_size: minibatch VI (Hoffman et al. 2013) with ``batch_size`` rows of the data per
         step (``logdensity_fn`` must be a :class:`~grepvi.models.Model`), under either
         procedure.
-      parallel: data-parallel VI over every device (:mod:`grepvi.sharding`: rows of the data and
+      parallel: data-parallel VI over every device (:mod:`grepvi.inference.sharding`: rows of the data and
         of the local latents split over a device mesh, weights replicated; one device: the
         plain step). ``logdensity_fn`` must be a :class:`~grepvi.models.Model`.
-      resume: a :class:`~grepvi.driver.RunState` (``result.run_state`` of an earlier call with
+      resume: a :class:`~grepvi.inference.driver.RunState` (``result.run_state`` of an earlier call with
         the same model and options) to continue from.
-      callback: called with a :class:`~grepvi.driver.WindowEvent` after every window; a
+      callback: called with a :class:`~grepvi.inference.driver.WindowEvent` after every window; a
         return value of ``True`` stops the run (``reason="interrupted"``, resumable).
 
     Returns:

@@ -1,7 +1,7 @@
 """Update rules of the default procedure, chosen by an index in the state: one compiled program.
 
 The default procedure tries several update rules from the same start and keeps the best
-(:mod:`grepvi.controller`). Each rule is an optax-style transformation whose step size is an
+(:mod:`grepvi.inference.controller`). Each rule is an optax-style transformation whose step size is an
 argument of its update, so that every rule and every step size live in one optimizer state,
 :class:`SwitchState`: the index of the rule in use, its step size, and the inner state of
 every rule. :func:`switch` applies the selected rule with ``lax.switch`` (only that branch
@@ -9,10 +9,10 @@ runs), so changing the rule or the step size changes arrays of the state, never 
 the trial, the stages and the final answer run in one compilation.
 
 * ``natural``: natural-gradient steps with a KL trust region
-  (:func:`grepvi.natural_gradient.natural_gradient`), for families with a closed-form Fisher
+  (:func:`grepvi.optim.natural_gradient.natural_gradient`), for families with a closed-form Fisher
   information.
 * ``adam``: Adam (Kingma & Ba 2015) on the unconstrained parameters, positive ones in log
-  scale (:func:`grepvi.natural_gradient.positive_in_log_scale`).
+  scale (:func:`grepvi.optim.natural_gradient.positive_in_log_scale`).
 """
 
 from collections.abc import Callable, Sequence
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from grepvi.errors import ConfigError
-from grepvi.natural_gradient import natural_gradient, positive_in_log_scale
+from grepvi.optim.natural_gradient import natural_gradient, positive_in_log_scale
 
 __all__ = [
     "Rule",

@@ -29,12 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import controller, driver, fitting
-from grepvi.controller import AdaptiveSettings
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means, total_entropy
+from grepvi.estimators.base import Estimator, total_entropy
 from grepvi.families.base import Family
-from grepvi.inference import initial_params
+from grepvi.inference import controller, driver, fitting
+from grepvi.inference.controller import AdaptiveSettings
+from grepvi.inference.state import initial_params
+from grepvi.target import Target, bind_data, inputs_at_means
 
 __all__ = [
     "HeldoutLoglik",

@@ -176,7 +176,7 @@ def pareto_k(
     if method == "grepvi" or not math.isfinite(ours.k):
         return ours
     try:
-        from grepvi.arviz_io import psis_pareto_k
+        from grepvi.interop.arviz_io import psis_pareto_k
     except ImportError:
         if method == "arviz":
             raise

@@ -227,7 +227,7 @@ def _git_commit() -> str | None:
 
 def flatten_state(state) -> list[np.ndarray]:
     """The leaves of a run's state as NumPy arrays (random keys as their raw key data)."""
-    from grepvi.driver import to_storage
+    from grepvi.inference.driver import to_storage
 
     return to_storage(state)
 
@@ -235,7 +235,7 @@ def flatten_state(state) -> list[np.ndarray]:
 def unflatten_state(template, leaves: list[np.ndarray], source: str):
     """``leaves`` put back into the structure of ``template`` (a freshly initialized state of the
     same configuration); a :class:`ConfigError` when they do not fit."""
-    from grepvi.driver import from_storage
+    from grepvi.inference.driver import from_storage
 
     return from_storage(template, leaves, source)
 

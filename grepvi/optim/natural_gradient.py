@@ -220,7 +220,7 @@ def positive_in_log_scale(families: dict[str, Family], inner: optax.GradientTran
     Gaussians' locations) pass through unchanged. The step size of ``inner`` (an
     ``optax.inject_hyperparams`` state) stays settable by :func:`grepvi.adaptive.set_step_size`.
     """
-    from grepvi import _math
+    from grepvi import numerics
 
     positive = {name: tuple(family.positive_parameters) for name, family in families.items()}
 
@@ -252,7 +252,7 @@ def positive_in_log_scale(families: dict[str, Family], inner: optax.GradientTran
             new_v = jnp.where(
                 new_log_theta < -15.0,
                 new_log_theta,
-                _math.inverse_softplus(jnp.exp(jnp.maximum(new_log_theta, -15.0))),
+                numerics.inverse_softplus(jnp.exp(jnp.maximum(new_log_theta, -15.0))),
             )
             return new_v - v
 

@@ -5,7 +5,7 @@
 * :func:`samples_sweep`: G-REP with 1, 2, 5, 10, 20 samples (supplement, Fig. 3).
 * :func:`demo`: a small comparison on data simulated from the sparse gamma DEF, no download.
 
-Each run is :func:`grepvi.experiments.fit_run` in its own folder.
+Each run is :func:`grepvi.experiments.run.fit_run` in its own folder.
 """
 
 import dataclasses
@@ -13,11 +13,11 @@ import math
 from pathlib import Path
 
 from grepvi import validation
-from grepvi.config import SYNTHETIC, RunConfig
 from grepvi.errors import ConfigError
-from grepvi.experiments import _say, fit_run
-from grepvi.paper import ETA_GRID
-from grepvi.run_files import RunDirectory, write_json
+from grepvi.experiments.config import SYNTHETIC, RunConfig
+from grepvi.experiments.paper import ETA_GRID
+from grepvi.experiments.run import fit_run, say
+from grepvi.experiments.run_files import RunDirectory, write_json
 
 __all__ = ["eta_search", "compare", "samples_sweep", "demo", "demo_config", "DEMO_ESTIMATORS"]
 
@@ -50,7 +50,7 @@ def eta_search(
         _check_all(plans, resume, overwrite)
     scores = {}
     for run_config, run_out in plans:
-        _say(f"eta search: {config.estimator}, eta = {run_config.step_size:g}", quiet)
+        say(f"eta search: {config.estimator}, eta = {run_config.step_size:g}", quiet)
         metrics = fit_run(run_config, run_out, resume=resume, overwrite=overwrite, quiet=quiet)
         final = metrics.get("final_elbo")  # null in a finished run's metrics.json when not finite
         scores[run_config.step_size] = -math.inf if final is None else final
@@ -82,9 +82,9 @@ def compare(
     """Runs each estimator on the same model and data (``out/<estimator>``; with the eta search
     ``out/<estimator>/eta_<eta>``), then writes the paper's tables and figures into ``out``.
 
-    Returns the report's summary (see :func:`grepvi.report.build_report`).
+    Returns the report's summary (see :func:`grepvi.experiments.report.build_report`).
     """
-    from grepvi import report
+    from grepvi.experiments import report
 
     estimators = [name.strip() for name in estimators if name.strip()]
     if not estimators:
@@ -130,7 +130,7 @@ def samples_sweep(
 
     Runs go to ``out/samples_<S>``; the figure and a table to ``out``.
     """
-    from grepvi import report
+    from grepvi.experiments import report
 
     counts = [validation.positive_int(count, "sample_counts") for count in sample_counts]
     plans = [
@@ -142,7 +142,7 @@ def samples_sweep(
     ]
     _check_all(plans, resume, overwrite)
     for run_config, run_out in plans:
-        _say(f"samples sweep: {run_config.estimator} with {run_config.num_samples} samples", quiet)
+        say(f"samples sweep: {run_config.estimator} with {run_config.num_samples} samples", quiet)
         fit_run(run_config, run_out, resume=resume, overwrite=overwrite, quiet=quiet)
     return report.build_report([run_out for _, run_out in plans], out)
 

@@ -3,7 +3,7 @@
 ``step`` draws a gradient estimate, guards it against non-finite values, and applies the
 optimizer; the data is an argument (never a constant of the compiled program). The loops
 that run steps are in :mod:`grepvi.loop` (one chunked runner for fixed schedules, windows for
-the default procedure); ``fit`` is in :mod:`grepvi.fitting` (both re-exported here).
+the default procedure); ``fit`` is in :mod:`grepvi.inference.fitting` (both re-exported here).
 """
 
 from typing import Any, NamedTuple
@@ -14,8 +14,9 @@ import numpy as np
 import optax
 
 from grepvi.errors import ModelError
-from grepvi.estimators.base import Estimator, Target, bind_data, inputs_at_means
+from grepvi.estimators.base import Estimator
 from grepvi.families.base import Family
+from grepvi.target import Target, bind_data, inputs_at_means
 from grepvi.validation import floating_scalar
 
 __all__ = [

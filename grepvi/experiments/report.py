@@ -1,6 +1,6 @@
 """Tables and figures of finished runs, in the layout of Ruiz, Titsias & Blei (2016).
 
-From run folders (see :mod:`grepvi.runs`) :func:`build_report` writes into one folder:
+From run folders (see :mod:`grepvi.experiments.observers`) :func:`build_report` writes into one folder:
 
 * ``elbo_vs_time.png``: ELBO against training wall time per estimator (paper Fig. 1);
 * ``perplexity_vs_time.png``: held-out perplexity against time (Fig. 2a, NIPS);
@@ -11,7 +11,7 @@ From run folders (see :mod:`grepvi.runs`) :func:`build_report` writes into one f
 * ``samples.png``: ELBO and average gradient variance for several numbers of samples over
   the first 200 iterations (supplement Fig. 3);
 * ``heldout_loglik.png``: the held-out log-likelihood of every run beside the paper's (Fig. 2b,
-  :mod:`grepvi.heldout_figure`);
+  :mod:`grepvi.experiments.heldout_figure`);
 * ``reconstructions_<data>.png``: true images beside the mean observation of one posterior
   draw, per estimator (supplement Figs. 4-6);
 * ``summary.md`` / ``summary.json``: all of the above, with the paper's numbers beside ours.
@@ -28,7 +28,9 @@ from typing import NamedTuple
 import numpy as np
 
 from grepvi.errors import ConfigError
-from grepvi.run_files import (
+from grepvi.experiments.paper import PAPER  # the paper's numbers live in one place
+from grepvi.experiments.plotting import pyplot
+from grepvi.experiments.run_files import (
     CONFIG_FILE,
     FIGURES_DIR,
     METRICS_FILE,
@@ -45,8 +47,6 @@ __all__ = ["RunRecord", "load_run", "find_runs", "run_figures", "build_report", 
 LABELS = {"grep": "G-REP", "bbvi": "BBVI", "advi": "ADVI", "implicit": "implicit", "rsvi": "RSVI"}
 COLORS = {"grep": "#1f77b4", "bbvi": "#2ca02c", "advi": "#d62728", "implicit": "#9467bd", "rsvi": "#ff7f0e"}
 DATASET_LABELS = {"olivetti": "Olivetti", "nips": "NIPS", "mnist": "MNIST", "omniglot": "Omniglot"}
-
-from grepvi.paper import PAPER  # noqa: E402 - the paper's numbers live in one place
 
 
 class RunRecord(NamedTuple):
@@ -78,15 +78,6 @@ class RunRecord(NamedTuple):
     @property
     def label(self) -> str:
         return LABELS.get(self.estimator, self.estimator)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def load_run(path) -> RunRecord:
@@ -280,7 +271,7 @@ def elbo_figure(runs, path, *, x="wall_time") -> Path | None:
     runs = [run for run in runs if "elbo" in run.trace]
     if not runs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=120)
     curves = _plot_curves(ax, runs, "elbo", x=x)
     if not curves:
@@ -307,7 +298,7 @@ def perplexity_figure(runs, path) -> Path | None:
     runs = [run for run in runs if "perplexity" in run.trace and np.isfinite(run.trace["perplexity"]).any()]
     if not runs:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=120)
     curves = _plot_curves(ax, runs, "perplexity")
     values = np.concatenate([c[np.isfinite(c)] for c in curves]) if curves else np.zeros(0)
@@ -344,7 +335,7 @@ def samples_figure(runs, path, max_iterations: int = 200) -> Path | None:
     if len(counts) < 2:
         return None
     runs = sorted(runs, key=lambda run: run.num_samples or 0)
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.3), dpi=120)
     cmap = plt.get_cmap("viridis")
     for i, run in enumerate(runs):
@@ -403,7 +394,7 @@ def reconstruction_figure(runs, path, count: int = 8) -> Path | None:
             panels.append((run.label, _images(data["reconstruction"][:count], shape)))
     if truth is None or not panels:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     rows = [("true", truth)] + panels
     columns = truth.shape[0]
     fig, axes = plt.subplots(
@@ -548,7 +539,7 @@ def build_report(paths, out) -> dict:
             figures.append(
                 reconstruction_figure(group, out / f"reconstructions{suffix or '_' + dataset}.png")
             )
-    from grepvi.heldout_figure import heldout_figure
+    from grepvi.experiments.heldout_figure import heldout_figure
 
     figures.append(heldout_figure(runs, out / "heldout_loglik.png"))
     figures = [f for f in figures if f is not None]

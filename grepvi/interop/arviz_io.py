@@ -10,7 +10,7 @@ from the fitted ``q`` and builds:
 * ``observed_data``: the model's observations when given.
 
 :func:`psis_pareto_k` is the PSIS Pareto ``k`` of ``q`` computed by ArviZ (``az.psislw``); grepvi
-falls back to its own generalized Pareto fit (:func:`grepvi.diagnostics.pareto_k`) when ArviZ
+falls back to its own generalized Pareto fit (:func:`grepvi.diagnostics.pareto.pareto_k`) when ArviZ
 is not installed.
 """
 
@@ -28,7 +28,7 @@ def _arviz():
             warnings.simplefilter("ignore", FutureWarning)  # ArviZ 0.2x announces its 1.0 refactor
             import arviz
     except ImportError as error:  # pragma: no cover - the extra is not installed
-        raise ImportError("grepvi.arviz_io needs ArviZ: pip install 'grepvi[arviz]'") from error
+        raise ImportError("grepvi.interop.arviz_io needs ArviZ: pip install 'grepvi[arviz]'") from error
     return arviz
 
 

@@ -26,7 +26,7 @@ Example::
     >>> from grepvi import minibatch
     >>> data = (np.random.default_rng(0).random((12, 5)) < 0.3).astype(np.float32)
     >>> problem = minibatch.minibatch_problem(beta_gamma_mf(data, 2), batch_size=4)
-    >>> optimizer = grepvi.optim.advi_stepsize(0.1)
+    >>> optimizer = grepvi.optim.advi.advi_stepsize(0.1)
     >>> state = minibatch.init(jax.random.key(0), problem, optimizer)
     >>> estimator = grepvi.get_estimator("grep")
     >>> step = jax.jit(lambda s, data: minibatch.step(s, problem, estimator, optimizer, data))
@@ -46,9 +46,10 @@ import jax.numpy as jnp
 import optax
 
 from grepvi.errors import ConfigError, ModelError
-from grepvi.estimators.base import Estimator, Target, bind_data
-from grepvi.inference import all_finite, initial_params, keep_if, materialize_gradient
+from grepvi.estimators.base import Estimator
+from grepvi.inference.state import all_finite, initial_params, keep_if, materialize_gradient
 from grepvi.models.model import OBSERVATION_AXIS
+from grepvi.target import Target, bind_data
 
 __all__ = [
     "MinibatchProblem",
@@ -281,7 +282,7 @@ def step(
     ``data``: the full data pytree (``problem.data`` by default; pass it as an argument of the
     compiled step, or the step embeds it). ``indices`` (``B`` distinct rows) overrides the
     random batch. A non-finite gradient or
-    update is skipped, as in :func:`grepvi.inference.step`. For an estimator with its own
+    update is skipped, as in :func:`grepvi.inference.state.step`. For an estimator with its own
     families (ADVI), build the problem with ``families=estimator.adapt_families(...)``.
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
@@ -335,7 +336,7 @@ def minibatch_fit_steps(builder, data, hyperparameters, batch_size, num_steps, s
     Returns the seconds of each timed step and of compilation plus the first step.
     """
     from grepvi.estimators.base import get_estimator
-    from grepvi.optim import advi_stepsize
+    from grepvi.optim.advi import advi_stepsize
 
     if num_steps < 1:
         raise ConfigError(f"num_steps must be positive, got {num_steps}")

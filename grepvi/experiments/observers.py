@@ -1,10 +1,10 @@
 """A run folder's loop pieces: the trace recorder, checkpoints and signals, as observers of
-the one loop (:func:`grepvi.driver.run`; files: :mod:`grepvi.run_files`).
+the one loop (:func:`grepvi.inference.driver.run`; files: :mod:`grepvi.experiments.run_files`).
 
 Every random key comes from the state itself and the controller's decisions are functions of
 the window outputs, so the sequence of steps does not depend on when the run was stopped: a
 run killed at any point and resumed from its last checkpoint (the whole
-:class:`~grepvi.driver.RunState`: loop state, controller state, wall time) ends with bitwise
+:class:`~grepvi.inference.driver.RunState`: loop state, controller state, wall time) ends with bitwise
 the same parameters, trace and metrics (on the same machine) as one that ran straight through,
 and its trace's iterations and wall time continue.
 """
@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from grepvi import driver
 from grepvi.errors import GrepviError
-from grepvi.run_files import TraceRecorder
+from grepvi.experiments.run_files import TraceRecorder
+from grepvi.inference import driver
 
 __all__ = [
     "RunInterrupted",
@@ -84,7 +84,7 @@ class SignalCatcher:
 
 
 class RunRecorder(driver.TraceObserver):
-    """The trace of a run folder (:class:`~grepvi.run_files.TraceRecorder`): a row per
+    """The trace of a run folder (:class:`~grepvi.experiments.run_files.TraceRecorder`): a row per
     iteration, the evaluation-only ELBO of ``--elbo-samples`` (outside the timed region; the
     estimator's own ELBO then goes to ``elbo_draw``), and ``window_eval_fn`` columns
     (perplexity) at each window's last row."""

@@ -2,7 +2,7 @@
 
 One panel per data set (Olivetti, MNIST, Omniglot), one row per estimator; ours as a filled
 dot with its spread over posterior draws (mean ± std, as the paper reports), the paper's as an
-open diamond with its ± (``grepvi.paper.PAPER["test_loglik"]``). Written by ``grepvi report``
+open diamond with its ± (``grepvi.experiments.paper.PAPER["test_loglik"]``). Written by ``grepvi report``
 (``heldout_loglik.png``) from the runs' ``metrics.json``.
 """
 
@@ -10,7 +10,7 @@ import math
 import re
 from pathlib import Path
 
-from grepvi.paper import PAPER
+from grepvi.experiments.paper import PAPER
 
 __all__ = ["heldout_figure", "paper_loglik"]
 
@@ -54,9 +54,9 @@ def heldout_figure(runs, path) -> Path | None:
     panels = [d for d in PANELS if any(_ours(runs, d, e) for e in ESTIMATORS)]
     if not panels:
         return None
-    from grepvi.report import _pyplot
+    from grepvi.experiments.plotting import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 2.8), squeeze=False)
     for ax, dataset in zip(axes[0], panels, strict=True):
         ticks = []

@@ -6,7 +6,7 @@ A NumPyro user changes two lines of a script::
     svi = SVI(model, guide, optim, Trace_ELBO())       ->  svi = SVI(model, guide, optim, GrepELBO())
 
 :class:`GrepGuide` picks each latent site's family from its support (as
-:func:`grepvi.numpyro_model.from_numpyro`: gamma, beta, Dirichlet, normal) and registers the
+:func:`grepvi.interop.numpyro_model.from_numpyro`: gamma, beta, Dirichlet, normal) and registers the
 families' unconstrained parameters as NumPyro params (``"<site>__<parameter>"``); called as a
 guide (``Predictive``, ``Trace_ELBO``, ``TraceMeanField_ELBO``) it draws every site from its
 family inside the model's plates, as a NumPyro distribution (:func:`numpyro_distribution`:
@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from grepvi.errors import ModelError
-from grepvi.estimators.base import bind_data, sample_standardized
+from grepvi.estimators.base import sample_standardized
 from grepvi.estimators.grep import baseline_log_joints, grep_surrogate
-from grepvi.numpyro_model import _numpyro, _split_arguments, from_numpyro
+from grepvi.interop.numpyro_model import _numpyro, _split_arguments, from_numpyro
+from grepvi.target import bind_data
 
 __all__ = ["GrepGuide", "GrepELBO", "numpyro_distribution"]
 
@@ -211,7 +212,7 @@ class GrepELBO:
 
     def loss(self, rng_key, param_map, model, guide, *args, **kwargs):
         if not isinstance(guide, GrepGuide):
-            raise ModelError("GrepELBO: the guide must be a grepvi.numpyro_svi.GrepGuide")
+            raise ModelError("GrepELBO: the guide must be a grepvi.interop.numpyro_svi.GrepGuide")
         adapted = guide.setup(*args, **kwargs)
         data, _ = _split_arguments(args, kwargs)
         target = bind_data(adapted.target(), data)

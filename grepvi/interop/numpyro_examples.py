@@ -1,4 +1,4 @@
-"""The paper's models written as ordinary NumPyro models (for :mod:`grepvi.numpyro_model`).
+"""The paper's models written as ordinary NumPyro models (for :mod:`grepvi.interop.numpyro_model`).
 
 They are the same models as :func:`grepvi.models.sparse_gamma_def` and
 :func:`grepvi.models.beta_gamma_mf` (same densities; plates name the axes, each plate at one

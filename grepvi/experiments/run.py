@@ -8,7 +8,7 @@ step-size sequence of Eq. 9, ``eta`` chosen from {0.1, 0.5, 1, 5} by the best fi
 * :func:`fit_run`: one run into a folder (checkpoints, resume, trace, metrics, figures).
 
 Several runs (the eta search, comparisons, the samples sweep, the demo) are in
-:mod:`grepvi.studies`; the options in :mod:`grepvi.config`.
+:mod:`grepvi.experiments.studies`; the options in :mod:`grepvi.experiments.config`.
 """
 
 import dataclasses
@@ -22,15 +22,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import controller, driver, evaluation, fitting
-from grepvi.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
-from grepvi.controller import AdaptiveSettings
+from grepvi.diagnostics import evaluation
 from grepvi.errors import ConfigError, DataError, NumericalError
 from grepvi.estimators.base import get_estimator
-from grepvi.fitting import DEFAULT_MAX_STEPS
-from grepvi.models.registry import get_model_spec
-from grepvi.paper import ETA_GRID, PAPER_ETA
-from grepvi.run_files import (
+from grepvi.experiments.config import ESTIMATORS, MODELS, SYNTHETIC, RunConfig
+from grepvi.experiments.observers import (
+    CheckpointObserver,
+    RunInterrupted,
+    RunRecorder,
+    SignalCatcher,
+    median_time_per_iteration,
+    stop_signal,
+)
+from grepvi.experiments.paper import ETA_GRID, PAPER_ETA
+from grepvi.experiments.run_files import (
     METRICS_FILE,
     PARAMS_FILE,
     RECONSTRUCTION_FILE,
@@ -44,14 +49,10 @@ from grepvi.run_files import (
     save_params,
     write_json,
 )
-from grepvi.runs import (
-    CheckpointObserver,
-    RunInterrupted,
-    RunRecorder,
-    SignalCatcher,
-    median_time_per_iteration,
-    stop_signal,
-)
+from grepvi.inference import controller, driver, fitting
+from grepvi.inference.controller import AdaptiveSettings
+from grepvi.inference.fitting import DEFAULT_MAX_STEPS
+from grepvi.models.registry import get_model_spec
 
 __all__ = [
     "MODELS",
@@ -137,7 +138,7 @@ def make_estimator(config: RunConfig):
 # --- one run --------------------------------------------------------------------------------------
 
 
-def _say(message: str, quiet: bool) -> None:
+def say(message: str, quiet: bool) -> None:
     if not quiet:
         print(message, file=sys.stderr, flush=True)
 
@@ -149,13 +150,14 @@ def fit_run(
 
     Everything that can be refused (options, the folder's contents and writability, its lock,
     the checkpoint, the data) is checked before the folder is changed; the folder must be new,
-    empty or a grepvi run (:class:`~grepvi.run_files.RunDirectory`), and the run holds its lock
-    until it returns. The run goes through the one loop (:func:`grepvi.driver.run`); its
-    checkpoints hold the whole :class:`~grepvi.driver.RunState`, so a resumed run continues
-    exactly (bitwise, when no time budget sizes its windows). SIGINT or SIGTERM writes a
-    checkpoint and the metrics so far and raises :class:`~grepvi.runs.RunInterrupted`; a failed
-    write raises :class:`~grepvi.run_files.RunFolderError` with the first error and the resume
-    hint.
+    empty or a grepvi run (:class:`~grepvi.experiments.run_files.RunDirectory`), and the run
+    holds its lock until it returns. The run goes through the one loop
+    (:func:`grepvi.inference.driver.run`); its checkpoints hold the whole
+    :class:`~grepvi.inference.driver.RunState`, so a resumed run continues exactly (bitwise,
+    when no time budget sizes its windows). SIGINT or SIGTERM writes a checkpoint and the
+    metrics so far and raises :class:`~grepvi.experiments.observers.RunInterrupted`; a failed
+    write raises :class:`~grepvi.experiments.run_files.RunFolderError` with the first error and
+    the resume hint.
     """
     config = config.validate()
     identity = config.identity()
@@ -167,7 +169,7 @@ def fit_run(
     directory.check_writable()
     with directory:  # the run's lock, held until it returns
         if directory.stale_lock and directory.stale_lock.get("pid"):
-            _say(
+            say(
                 f"{out}: taking over the lock left by pid {directory.stale_lock['pid']} "
                 "(that process has ended)",
                 quiet,
@@ -181,7 +183,7 @@ def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
     if mode == "resume" and directory.file(METRICS_FILE).exists():
         so_far = read_json(directory.file(METRICS_FILE))
         if so_far.get("finished"):
-            _say(f"{out}: the run is already finished; nothing to do", quiet)
+            say(f"{out}: the run is already finished; nothing to do", quiet)
             return so_far
     checkpoint = directory.read_checkpoint() if mode == "resume" else None  # verified: before loading
     if checkpoint is not None:
@@ -216,13 +218,13 @@ def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
     if checkpoint is not None:
         run_state, trace, _ = directory.restore(checkpoint, prepared.initial, identity)
         run_state = driver.resumable(run_state)
-        _say(
+        say(
             f"resuming {out} at iteration {int(run_state.controller.iterations)} "
             f"({float(run_state.wall_time):.1f} s)",
             quiet,
         )
     elif mode == "resume":
-        _say(f"{out}: the run stopped before its first checkpoint; starting from iteration 0", quiet)
+        say(f"{out}: the run stopped before its first checkpoint; starting from iteration 0", quiet)
     else:
         directory.clear()
     try:
@@ -309,7 +311,7 @@ def _write_run(
     ended = _training_end(config, run_state, so_far)
     if ended:
         final = run_state._replace(controller=controller.finish(run_state.controller, ended))
-        _say(f"{out}: training already reached its end at iteration {int(run_state.controller.iterations)}; "
+        say(f"{out}: training already reached its end at iteration {int(run_state.controller.iterations)}; "
              "evaluating", quiet)  # fmt: skip
     else:
         observers = [recorder, checkpoints]
@@ -378,11 +380,11 @@ def _write_run(
     write_json(directory.file(METRICS_FILE), metrics)
 
     save_params(directory.file(PARAMS_FILE), params)
-    _say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)
+    say(f"evaluating {config.estimator} on the test set ({config.eval_samples} posterior draws)", quiet)
     metrics.update(_evaluate(config, dataset, model, estimator, target.families, params, directory))
     metrics["finished"] = True
     write_json(directory.file(METRICS_FILE), metrics)
-    from grepvi import report
+    from grepvi.experiments import report
 
     report.run_figures(directory.path)
     return metrics

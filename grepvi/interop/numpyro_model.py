@@ -22,7 +22,7 @@ grepvi's own models); its other arguments (sizes, flags) are fixed when it is bu
 Example::
 
     >>> import jax.numpy as jnp, numpyro, numpyro.distributions as dist, grepvi
-    >>> from grepvi.numpyro_model import from_numpyro
+    >>> from grepvi.interop.numpyro_model import from_numpyro
     >>> def model(counts):
     ...     rate = numpyro.sample("rate", dist.Gamma(2.0, 1.0))
     ...     with numpyro.plate("n", counts.shape[0]):
@@ -44,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ModelError
-from grepvi.estimators.base import Target
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
 from grepvi.families.base import Family, from_log_space, to_log_space
 from grepvi.families.transformed import Affine, TransformedNormal
 from grepvi.models.factors import Factor, LogJoint, log_joint
+from grepvi.target import Target
 
 __all__ = [
     "NumPyroModel",
@@ -126,7 +126,7 @@ class NumPyroModel(NamedTuple):
     @property
     def latent_axes(self) -> dict[str, tuple[str, ...]]:
         """``{latent: axis names}`` (plates, then event axes): for
-        :func:`grepvi.arviz_io.to_inference_data`."""
+        :func:`grepvi.interop.arviz_io.to_inference_data`."""
         return self.joint.latent_axes
 
     @property
@@ -166,7 +166,7 @@ class NumPyroModel(NamedTuple):
 
     def fit(self, estimator="grep", **options):
         """``grepvi.fit`` of this model (its data, local log joints and families), in log space."""
-        from grepvi.fitting import fit
+        from grepvi.inference.fitting import fit
 
         families = options.pop("latents", None) or self.latents()
         self.check_spaces(families)
@@ -186,7 +186,9 @@ def _numpyro():
         import numpyro
         from numpyro import handlers
     except ImportError as error:  # pragma: no cover - the extra is not installed
-        raise ImportError("grepvi.numpyro_model needs NumPyro: pip install 'grepvi[numpyro]'") from error
+        raise ImportError(
+            "grepvi.interop.numpyro_model needs NumPyro: pip install 'grepvi[numpyro]'"
+        ) from error
     return numpyro, handlers
 
 

@@ -8,7 +8,7 @@ refit and ``from_numpyro(...).fit()`` all run :func:`run`:
   ``step_fn(state, data)`` (a ``lax.fori_loop`` with a dynamic trip count: a shorter window
   costs proportionally less and needs no other program; the data is an argument, never a
   constant);
-* the **controller** (:mod:`grepvi.controller`): pure state updated after every window, that
+* the **controller** (:mod:`grepvi.inference.controller`): pure state updated after every window, that
   chooses the rule and step size by setting arrays of the state (one compilation per fit);
 * **observers**: the trace, the progress bar, checkpoints and signals, each an object with
   ``on_window(event)`` (and optionally ``should_stop()`` and ``on_end(event)``).
@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi import controller
-from grepvi.controller import ControllerState, WindowSummary
 from grepvi.errors import ConfigError, NumericalError
+from grepvi.inference import controller
+from grepvi.inference.controller import ControllerState, WindowSummary
 
 __all__ = [
     "RunState",

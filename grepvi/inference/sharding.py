@@ -4,7 +4,7 @@ The data arrays whose first axis is ``n`` (the observations) and the local laten
 with the axis ``n``: ``z1..zL`` of the sparse gamma DEF, ``z`` of the beta-gamma MF) are
 split by rows over a one-dimensional device mesh; the global latents (the weights) are
 replicated. The variational parameters and the optimizer state follow the same layout.
-:func:`grepvi.inference.step` is compiled once with those shardings (``jax.jit``, GSPMD):
+:func:`grepvi.inference.state.step` is compiled once with those shardings (``jax.jit``, GSPMD):
 every device draws and differentiates its own rows of its own data, and XLA inserts the
 all-reduce that sums the weights' gradients over the devices. The program is the
 single-device one, so the result is the same up to the order of float sums
@@ -29,12 +29,12 @@ Example::
 
     >>> import jax, numpy as np, grepvi
     >>> from grepvi.models import sparse_gamma_def
-    >>> from grepvi.sharding import data_parallel
+    >>> from grepvi.inference.sharding import data_parallel
     >>> model = sparse_gamma_def(np.ones((8, 5)), layer_sizes=(3, 2))
     >>> target = model.target()
-    >>> optimizer = grepvi.optim.advi_stepsize(0.1)
+    >>> optimizer = grepvi.optim.advi.advi_stepsize(0.1)
     >>> estimator = grepvi.get_estimator("grep")
-    >>> state = grepvi.inference.init(jax.random.key(0), target, optimizer)
+    >>> state = grepvi.inference.state.init(jax.random.key(0), target, optimizer)
     >>> parallel = data_parallel(target, estimator, optimizer, model)
     >>> state, data = parallel.place_state(state), parallel.place_data(model.data)
     >>> state, info = parallel.step(state, data)
@@ -50,8 +50,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from grepvi.errors import ConfigError
-from grepvi.estimators.base import Estimator, Target
-from grepvi.inference import VIState, step
+from grepvi.estimators.base import Estimator
+from grepvi.inference.state import VIState, step
+from grepvi.target import Target
 
 __all__ = [
     "make_mesh",
@@ -146,7 +147,7 @@ class DataParallel(NamedTuple):
       place_state: ``state -> state`` laid out over the mesh (:func:`state_shardings`).
       place_data: ``data -> data`` laid out over the mesh; under several processes, each
         passes its own rows (:func:`process_rows`) of the arrays split by rows.
-      step: ``(state, data) -> (state, info)``, :func:`grepvi.inference.step` compiled for
+      step: ``(state, data) -> (state, info)``, :func:`grepvi.inference.state.step` compiled for
         the layout (the new state keeps it).
       mesh: the device mesh.
     """
@@ -171,7 +172,7 @@ def data_parallel(
 
     Args:
       target: the target (``model.target()``: functions of ``(latents, data)``).
-      estimator, optimizer: as for :func:`grepvi.inference.step`.
+      estimator, optimizer: as for :func:`grepvi.inference.state.step`.
       model: a :class:`~grepvi.models.Model`: its local latents and data axes (else give
         ``local_latent_names`` and ``data_axes``).
       mesh: a one-dimensional mesh (:func:`make_mesh`).

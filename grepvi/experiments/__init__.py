@@ -1,0 +1,1 @@
+"""The paper's experiments: run options, run folders, runs, studies, reports and figures."""

@@ -1,0 +1,1 @@
+"""Interoperability: NumPyro models in (and G-REP inside NumPyro's SVI), ArviZ out."""
