@@ -634,3 +634,14 @@ def test_a_sites_own_density_comes_from_the_log_space_draw():
 
     direct = log_density(model, (), {}, z)[0]
     assert float(adapted.logdensity_fn(z, adapted.data)) == pytest.approx(float(direct), rel=1e-5)
+
+
+def test_advi_takes_the_transform_families():
+    """ADVI's family for ``c + Gamma`` is ``c + LogNormal``; a TransformedNormal is its own."""
+    from grepvi.estimators.advi import advi_family
+
+    shifted = advi_family(Affine(base=grepvi.Gamma(shape=(2,)), loc=1.0, scale=1.0))
+    assert isinstance(shifted, Affine) and isinstance(shifted.base, grepvi.LogNormal)
+    assert float(shifted.bounds()[0]) == 1.0
+    ordered = TransformedNormal(shape=(3,), constraint=constraints.ordered_vector)
+    assert advi_family(ordered) is ordered

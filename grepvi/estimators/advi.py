@@ -72,8 +72,12 @@ def advi_family(family: Family) -> Family:
     Initialized as Stan does (``mu = 0``, ``sigma = 1``), keeping ``init_noise`` (the jitter
     that breaks symmetry in factor models) when ``family`` has one.
     """
-    if isinstance(family, tuple(ADVI_FAMILIES.values())):
-        return family
+    from grepvi.families.transformed import Affine, TransformedNormal
+
+    if isinstance(family, tuple(ADVI_FAMILIES.values()) + (TransformedNormal,)):
+        return family  # (a TransformedNormal is ADVI's family for its support already)
+    if isinstance(family, Affine):  # ADVI's family of the base, moved by the same affine map
+        return Affine(base=advi_family(family.base), loc=family.loc, scale=family.scale)
     if family.support not in ADVI_FAMILIES:
         raise ConfigError(
             f"advi: {type(family).__name__} has support {family.support!r}; ADVI knows "
