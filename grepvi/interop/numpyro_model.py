@@ -65,6 +65,8 @@ __all__ = [
     "family_for_support",
     "family_support",
     "FAMILY_NAMES",
+    "numpyro_modules",
+    "split_arguments",
 ]
 
 FAMILY_NAMES = {
@@ -188,7 +190,8 @@ class NumPyroModel(NamedTuple):
         )
 
 
-def _numpyro():
+def numpyro_modules():
+    """``(numpyro, numpyro.handlers)``, or a clear error naming the optional extra."""
     try:
         import numpyro
         from numpyro import handlers
@@ -203,7 +206,7 @@ def _is_data(leaf) -> bool:
     return isinstance(leaf, np.ndarray | jax.Array)
 
 
-def _split_arguments(args, kwargs):
+def split_arguments(args, kwargs):
     """``(data, rebuild)``: the array leaves of the arguments, and ``data -> (args, kwargs)``."""
     leaves, treedef = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)), is_leaf=lambda x: x is None)
     positions = [i for i, leaf in enumerate(leaves) if _is_data(leaf)]
@@ -486,8 +489,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
       ModelError: a discrete latent site, a support without a family, a model whose sites
         change between traces, or plates that disagree on an axis' size (naming the site).
     """
-    numpyro, handlers = _numpyro()
-    data, rebuild = _split_arguments(args, kwargs)
+    numpyro, handlers = numpyro_modules()
+    data, rebuild = split_arguments(args, kwargs)
     families = dict(families or {})
 
     def trace_model(latents, data, seed=0):

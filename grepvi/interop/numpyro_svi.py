@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from grepvi.errors import ModelError
 from grepvi.estimators.base import sample_standardized
 from grepvi.estimators.grep import baseline_log_joints, grep_surrogate
-from grepvi.interop.numpyro_model import _numpyro, _split_arguments, from_numpyro
+from grepvi.interop.numpyro_model import from_numpyro, numpyro_modules, split_arguments
 from grepvi.target import bind_data
 
 __all__ = ["GrepGuide", "GrepELBO", "numpyro_distribution"]
@@ -138,7 +138,7 @@ class GrepGuide:
     def setup(self, *args, **kwargs):
         """Adapts the model to its arguments (on the first call)."""
         if self.adapted is None:
-            _, handlers = _numpyro()
+            _, handlers = numpyro_modules()
             with handlers.block():  # the model's own trace must not reach an enclosing handler
                 adapted = from_numpyro(self.model, *args, families=self.family_choices, **kwargs)
             for name, site in adapted.sites.items():
@@ -170,7 +170,7 @@ class GrepGuide:
     def __call__(self, *args, **kwargs):
         import contextlib
 
-        numpyro, _ = _numpyro()
+        numpyro, _ = numpyro_modules()
 
         adapted = self.setup(*args, **kwargs)
         names = sorted(self.families)
@@ -214,7 +214,7 @@ class GrepELBO:
         if not isinstance(guide, GrepGuide):
             raise ModelError("GrepELBO: the guide must be a grepvi.interop.numpyro_svi.GrepGuide")
         adapted = guide.setup(*args, **kwargs)
-        data, _ = _split_arguments(args, kwargs)
+        data, _ = split_arguments(args, kwargs)
         target = bind_data(adapted.target(), data)
         params = guide.params(param_map)
         baseline = baseline_log_joints(params, target) if self.baseline else None
