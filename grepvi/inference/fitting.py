@@ -167,25 +167,9 @@ def setup(
         )
         stepper = average_estimates(estimator, draws_per_step(target.families, estimator))
         length = settings.window
-    place = None
-    if batch_size is not None:
-        if parallel:
-            raise ConfigError(
-                "parallel: minibatch VI runs on one device (give batch_size or parallel, not both)"
-            )
-        step_fn, initial_loop = _minibatch_step(
-            model, target, stepper, optimizer, batch_size, key, init_params
-        )
-    elif parallel:
-        step_fn, initial_loop, place, data = _parallel_step(
-            model, target, stepper, optimizer, key, init_params, data
-        )
-    else:
-
-        def step_fn(state, data):
-            return step(state, target, stepper, optimizer, data)
-
-        initial_loop = init(key, target, optimizer, init_params)
+    step_fn, initial_loop, place, data = _step_and_state(
+        target, stepper, optimizer, key, init_params, data, batch_size, parallel, model
+    )
     if check:
         check_target(target, initial_loop.params, data)
     window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed)
@@ -195,39 +179,51 @@ def setup(
         plan = driver.Plan(
             None, (), lambda loop, i, rho: loop, None, initial_loop, length, names, place=place
         )
-    else:
-        select = lambda loop, i, rho: rules.select(loop, candidates[i].index, rho)
-        fallback = next(
-            (i for i, c in enumerate(candidates) if c.label == f"adam-{settings.adam_step_size:g}"), 0
+        return Setup(
+            window, plan, driver.RunState(initial_loop, state, np.float64(0.0)), data, target, estimator, True
         )
-        steps = driver.trial_steps(settings, length, len(candidates), max_steps, time_budget)
-        state = controller.init(initial_loop, len(candidates), candidates[0].step_size, trial_steps=steps)
-        if steps == 0 and len(candidates) > 1:  # too few steps for a trial: the fallback rule
-            state, initial_loop_kept = controller.size_trial(
-                state._replace(phase=np.asarray(controller.TRIAL)),
-                0,
-                fallback,
-                candidates[fallback].step_size,
-                initial_loop,
-                initial_loop,
-                select,
+    plan, state, start = _default_plan(
+        target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
+    )
+    return Setup(window, plan, driver.RunState(start, state, np.float64(0.0)), data, target, estimator, False)
+
+
+def _step_and_state(target, stepper, optimizer, key, init_params, data, batch_size, parallel, model):
+    """``(step_fn, initial loop state, placement or None, data)``: the plain step, minibatch VI
+    over ``model``'s rows, or the data-parallel step."""
+    if batch_size is not None:
+        if parallel:
+            raise ConfigError(
+                "parallel: minibatch VI runs on one device (give batch_size or parallel, not both)"
             )
-        else:
-            initial_loop_kept = initial_loop
-        plan = driver.Plan(
-            settings,
-            candidates,
-            select,
-            _fisher_distance(target.families),
-            initial_loop,
-            length,
-            names,
-            fallback,
-            place,
-        )
-        initial_loop = initial_loop_kept
-    run_state = driver.RunState(initial_loop, state, np.float64(0.0))
-    return Setup(window, plan, run_state, data, target, estimator, fixed)
+        step_fn, initial = _minibatch_step(model, target, stepper, optimizer, batch_size, key, init_params)
+        return step_fn, initial, None, data
+    if parallel:
+        return _parallel_step(model, target, stepper, optimizer, key, init_params, data)
+
+    def step_fn(state, data):
+        return step(state, target, stepper, optimizer, data)
+
+    return step_fn, init(key, target, optimizer, init_params), None, data
+
+
+def _default_plan(target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget):
+    """The default procedure's plan, controller state and first loop state (the fallback rule
+    where too few steps fit a trial)."""
+    select = lambda loop, i, rho: rules.select(loop, candidates[i].index, rho)
+    fallback = next(
+        (i for i, c in enumerate(candidates) if c.label == f"adam-{settings.adam_step_size:g}"), 0
+    )
+    distance = _fisher_distance(target.families)
+    plan = driver.Plan(settings, candidates, select, distance, initial_loop, length, names, fallback, place)
+    steps = driver.trial_steps(settings, length, len(candidates), max_steps, time_budget)
+    state = controller.init(initial_loop, len(candidates), candidates[0].step_size, trial_steps=steps)
+    if steps != 0 or len(candidates) == 1:
+        return plan, state, initial_loop
+    trial = state._replace(phase=np.asarray(controller.TRIAL))
+    fallback_rho = candidates[fallback].step_size
+    state, start = controller.size_trial(trial, 0, fallback, fallback_rho, initial_loop, initial_loop, select)
+    return plan, state, start
 
 
 def _parallel_step(model, target, estimator, optimizer, key, init_params, data):
