@@ -50,3 +50,16 @@ def test_a_compiled_program_is_written(tmp_path):
     env.pop(compilation_cache.ENVIRONMENT_VARIABLE, None)
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
     assert any((tmp_path / "cache").iterdir())
+
+
+def test_step_compiler_options_for_small_cpu_models_only():
+    import jax
+    import jax.numpy as jnp
+
+    small = compilation_cache.step_compiler_options(100, backend="cpu")
+    assert small == compilation_cache.SMALL_MODEL_COMPILER_OPTIONS
+    assert compilation_cache.step_compiler_options(10**6, backend="cpu") == {}
+    assert compilation_cache.step_compiler_options(100, backend="gpu") == {}
+    # XLA accepts them (a typo in an option name is an INVALID_ARGUMENT error at compile time)
+    lowered = jax.jit(lambda x: jnp.sin(x) * 2).lower(jnp.ones(3))
+    assert float(lowered.compile(compiler_options=small)(jnp.ones(3))[0]) == float(2 * jnp.sin(1.0))
