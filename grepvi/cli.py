@@ -19,7 +19,6 @@ are ignored.
 """
 
 import argparse
-import os
 import signal
 import sys
 from pathlib import Path
@@ -72,25 +71,16 @@ def _number(text):
 
 
 def _enable_compilation_cache() -> None:
-    """JAX's persistent compilation cache (compiling G-REP's step takes tens of seconds on CPU).
+    """JAX's persistent compilation cache for the command's programs
+    (:func:`grepvi.inference.compilation_cache.enable_persistent_cache`; ``GREPVI_COMPILATION_CACHE=0``
+    disables it); without a writable cache folder every run compiles."""
+    from grepvi.errors import ConfigError
+    from grepvi.inference.compilation_cache import enable_persistent_cache
 
-    Folder: ``$GREPVI_COMPILATION_CACHE`` (``off`` disables it), else
-    ``$XDG_CACHE_HOME/grepvi/jax`` or ``~/.cache/grepvi/jax``.
-    """
-    folder = os.environ.get("GREPVI_COMPILATION_CACHE")
-    if folder is not None and folder.lower() in ("", "0", "off", "no", "false"):
-        return
-    if folder is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "grepvi", "jax")
     try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError:
-        return
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+        enable_persistent_cache()
+    except ConfigError:
+        pass
 
 
 def _sizes(text: str) -> tuple[int, ...]:

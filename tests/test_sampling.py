@@ -157,3 +157,31 @@ def test_float64_under_x64():
         # Probability integral transform of each draw under its own shape is uniform.
         cdf = stats.loggamma(np.asarray(alpha)).cdf(np.asarray(log_z))
         assert stats.kstest(cdf, "uniform").pvalue > KS_MIN_P_VALUE
+
+
+@pytest.mark.parametrize("seed, alpha", list(enumerate([0.1, 1.0, 3.0])))
+def test_small_arrays_under_vmap(seed, alpha):
+    """Calls of at most ``SMALL_SIZE`` elements (here 8, under ``vmap`` as the default
+    procedure's averaged draws are) take the loop-free path: KS against scipy, and the same
+    draws as separate calls."""
+    keys = jax.random.split(jax.random.key(400 + seed), NUM_SAMPLES // 8)
+    alphas = jnp.full((8,), alpha, jnp.float32)
+    batched = jax.jit(jax.vmap(lambda key: log_gamma(key, alphas)))(keys)
+    log_z = np.asarray(batched, np.float64).ravel()
+    assert np.isfinite(log_z).all()
+    assert _ks_p_value(log_z, alpha) > KS_MIN_P_VALUE
+    separate = np.asarray(log_gamma(keys[3], alphas))
+    np.testing.assert_allclose(np.asarray(batched[3]), separate, rtol=1e-5, atol=1e-6)
+
+
+def test_small_path_fallback_when_every_proposal_is_rejected():
+    """Uniforms just below 1 reject every proposal with ``|x| > 0.04``; the fallback is the
+    first proposal with ``v > 0`` (``log d + 3 log1p(c x)``), finite."""
+    alpha = jnp.full((3,), 2.0, jnp.float32)
+    near_one = jnp.full((8, 3), 1 - 2.0**-24, jnp.float32)
+    for_normal = jnp.full((8, 3), 0.9, jnp.float32)  # x = 1.28: rejected at u ~ 1
+    log_g = sampling._marsaglia_tsang_from_uniforms(alpha, for_normal, near_one, fallback=True)
+    d = 2.0 - 1 / 3
+    x = np.sqrt(2) * special.erfinv(2 * 0.9 - 1)
+    expected = np.log(d) + 3 * np.log1p(x / np.sqrt(9 * d))
+    np.testing.assert_allclose(np.asarray(log_g), expected, rtol=1e-5)

@@ -62,8 +62,10 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
     axis holding ``f_i(z_s) h(z_s)`` and ``h(z_s)``, and the ``S`` values of ``log p(x, z_s)``.
     """
     families = target.families
-    latents = _sample_all(rng_key, params, families, num_samples, target.log_space)
-    values = values_from_inputs(latents, families, target.log_space)
+    # Draws in the log space of each support: exact where z underflows. The scores are taken
+    # there (Family.log_prob_log_space); a value-space model gets the families' clamped z.
+    log_inputs = _sample_all(rng_key, params, families, num_samples, log_space=True)
+    latents = log_inputs if target.log_space else values_from_inputs(log_inputs, families, True)
     local_target = target if rao_blackwellize else target._replace(local_logdensity_fn=None)
     log_joints = jax.vmap(target.logdensity_fn)(latents)
     if local_target.local_logdensity_fn is None:
@@ -79,10 +81,10 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
     weighted, scores = {}, {}
     for name, family in families.items():
 
-        def score(z, family=family, name=name):
-            return jax.grad(lambda p: jnp.sum(family.log_prob(p, z)))(params[name])
+        def score(u, family=family, name=name):
+            return jax.grad(lambda p: jnp.sum(family.log_prob_log_space(p, u)))(params[name])
 
-        scores[name] = jax.vmap(score)(values[name])
+        scores[name] = jax.vmap(score)(log_inputs[name])
         weighted[name] = jax.tree_util.tree_map(lambda h, f=local[name]: _expand(f, h) * h, scores[name])
     return weighted, scores, log_joints
 

@@ -125,6 +125,16 @@ class Family(abc.ABC):
         overflows float32 for ``mu + s^2/2 > 88``; ADVI's weights on Omniglot got there)."""
         return self.to_log_space(self.mean(params))
 
+    def log_prob_log_space(self, params: Params, u) -> jax.Array:
+        """``log q(z; v)`` per element for ``z`` given in the log space of the support (``u``).
+
+        The score-function estimators (BBVI) differentiate it in ``v`` at exact log-space
+        draws: through ``z`` itself a gamma draw below ``1e-30`` is clamped there (float32),
+        and at a shape of 0.1 (0.1% of the draws) that biased BBVI's gradient by 10
+        standard errors. The default goes through the clamped ``z``; the families override it.
+        """
+        return self.log_prob(params, from_log_space(u, self.support))
+
     def sample_log_space(self, params: Params, rng_key, sample_shape=()) -> jax.Array:
         """A draw of ``q`` in the log space of the support; no gradient flows through it."""
         eps = self.sample_standardized(params, rng_key, sample_shape)
@@ -133,7 +143,7 @@ class Family(abc.ABC):
     # --- information geometry (natural-gradient steps) ----------------------------------
     has_fisher = False  # True where fisher_solve / fisher_quad have closed forms
     # Parameters stored as softplus^{-1}(theta - floor) of a positive theta: natural-gradient
-    # steps cap their relative change (grepvi.optim.natural_gradient).
+    # steps cap their relative change (grepvi.optim.advi.natural_gradient).
     positive_parameters: ClassVar[tuple[str, ...]] = ()
 
     def fisher_solve(self, params: Params, grad: Params) -> tuple[Params, jax.Array]:

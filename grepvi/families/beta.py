@@ -112,6 +112,11 @@ class Beta(Family):
         a, b = self._ab(params)
         return (a - 1.0) * jnp.log(z) + (b - 1.0) * jnp.log1p(-z) - numerics.betaln(a, b)
 
+    def log_prob_log_space(self, params, logit):
+        a, b = self._ab(params)
+        log_z, log_one_minus_z = jax.nn.log_sigmoid(logit), jax.nn.log_sigmoid(-logit)
+        return (a - 1.0) * log_z + (b - 1.0) * log_one_minus_z - numerics.betaln(a, b)
+
     def entropy(self, params):
         a, b = self._ab(params)
         return (

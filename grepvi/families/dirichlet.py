@@ -183,11 +183,14 @@ class Dirichlet(Family):
 
     # --- density ----------------------------------------------------------------------
     def log_prob(self, params, z):
+        return self.log_prob_log_space(params, jnp.log(z))
+
+    def log_prob_log_space(self, params, log_z):
         alpha = self._alpha(params)
         return (
             numerics.gammaln(jnp.sum(alpha, -1))
             - jnp.sum(numerics.gammaln(alpha), -1)
-            + jnp.sum((alpha - 1.0) * jnp.log(z), -1)
+            + jnp.sum((alpha - 1.0) * log_z, -1)
         )
 
     def entropy(self, params):

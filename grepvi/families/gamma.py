@@ -119,10 +119,12 @@ class Gamma(Family):
         return jax.lax.stop_gradient(eps)
 
     def log_prob(self, params, z):
+        return self.log_prob_log_space(params, jnp.log(z))
+
+    def log_prob_log_space(self, params, log_z):
         a, log_b = self._concentration(params), self._log_rate(params)
         # b z = alpha exp(log z - log mean): its derivative in the mean, alpha (z / mean) / mean,
         # stays finite where alpha z / mean^2 would overflow.
-        log_z = jnp.log(z)
         return (
             a * log_b
             - numerics.gammaln(a)

@@ -54,8 +54,13 @@ class LogitNormal(LocationScale):
     support = "unit_interval"
 
     def log_prob(self, params, z):
+        return self._log_prob(params, jnp.log(z), jnp.log1p(-z))
+
+    def log_prob_log_space(self, params, logit):
+        return self._log_prob(params, _log_sigmoid(logit), _log_sigmoid(-logit))
+
+    def _log_prob(self, params, log_z, log_one_minus_z):
         loc, scale = params["loc"], numerics.softplus(params["scale"])
-        log_z, log_one_minus_z = jnp.log(z), jnp.log1p(-z)
         logit = log_z - log_one_minus_z
         return -0.5 * ((logit - loc) / scale) ** 2 - jnp.log(scale) - _HALF_LOG_2PI - log_z - log_one_minus_z
 

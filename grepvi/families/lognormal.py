@@ -23,8 +23,10 @@ class LogNormal(LocationScale):
     support = "positive"
 
     def log_prob(self, params, z):
+        return self.log_prob_log_space(params, jnp.log(z))
+
+    def log_prob_log_space(self, params, log_z):
         loc, scale = params["loc"], numerics.softplus(params["scale"])
-        log_z = jnp.log(z)
         return -0.5 * ((log_z - loc) / scale) ** 2 - jnp.log(scale) - _HALF_LOG_2PI - log_z
 
     def entropy(self, params):

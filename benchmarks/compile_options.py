@@ -1,0 +1,144 @@
+"""Compile time and run time of grepvi's step programs under XLA CPU compiler options.
+
+Each (program, options) pair is compiled in a fresh subprocess (no in-process caches), then
+run repeatedly; the table gives compile wall/CPU seconds and the median run time. Programs:
+
+* ``window:<model>``: the default procedure's window (100 steps of the first candidate of
+  :func:`grepvi.inference.fitting.adaptive_candidates`) on a textbook model
+  (:mod:`textbook_models`, through ``from_numpyro``), or ``window:gamma`` (a one-element
+  gamma-Poisson written as a plain log density);
+* ``def``: ten G-REP steps of the sparse gamma DEF of Olivetti's size (the CLI's fixed
+  Eq. 9 schedule, ``lax.scan``), on the Olivetti faces when ``GREPVI_DATA_DIR`` holds them.
+
+    python benchmarks/compile_options.py --programs window:gamma window:mendel def
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+OPTION_SETS = {
+    "default": {},
+    "legacy-emitters": {"xla_cpu_use_fusion_emitters": False},
+    "legacy-emitters-O2": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2},
+    "O1": {"xla_backend_optimization_level": 1},
+}
+
+
+def _program(name):
+    """``(function, args, iterations per call)`` of a program (the function is jitted)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from grepvi.adaptive import AdaptiveSettings
+
+    import grepvi
+    from grepvi.estimators.base import get_estimator
+    from grepvi.inference.fitting import adaptive_candidates
+    from grepvi.inference.state import init, make_target, step
+
+    estimator = get_estimator("grep")
+    if name.startswith("window:"):
+        model = name.split(":", 1)[1]
+        if model == "gamma":
+            counts = jnp.array([3.0, 5.0, 4.0])
+
+            def logdensity_fn(z):
+                rate = z["rate"]
+                return jnp.log(rate) - rate + jnp.sum(counts * jnp.log(rate) - rate)
+
+            target, data = make_target(logdensity_fn, {"rate": grepvi.Gamma()}), None
+        else:
+            sys.path.insert(0, str(HERE))
+            from textbook_models import MODELS
+
+            from grepvi.interop.numpyro_model import from_numpyro
+
+            entry = MODELS[model]
+            adapted = from_numpyro(entry.model, *entry.args)
+            target, data = adapted.target(), adapted.data
+        target = target._replace(families=estimator.adapt_families(target.families))
+        settings = AdaptiveSettings().validated()
+        candidate = adaptive_candidates(jax.random.key(0), target, estimator, settings, None, data)[0]
+        window = candidate.window_fn
+        return window.compiled, (candidate.state, data, window.length), window.length
+    if name == "def":
+        from grepvi.models import sparse_gamma_def
+        from grepvi.optim.advi import advi_stepsize
+
+        data = None
+        directory = os.environ.get("GREPVI_DATA_DIR")
+        if directory and Path(directory, "olivetti_faces.npz").exists():
+            from grepvi.data import load_dataset
+
+            data = np.asarray(load_dataset("olivetti", directory).train)
+        if data is None:
+            data = np.random.default_rng(0).poisson(3.0, (320, 4096)).astype(np.float32)
+        model = sparse_gamma_def(data)
+        target = model.target()
+        target = target._replace(families=estimator.adapt_families(target.families))
+        optimizer = advi_stepsize(0.5)
+
+        def chunk(state, data):
+            body = lambda s, _: step(s, target, estimator, optimizer, data)  # noqa: E731
+            return jax.lax.scan(body, state, None, length=10)
+
+        state = init(jax.random.key(0), target, optimizer)
+        return jax.jit(chunk), (state, model.data), 10
+    raise SystemExit(f"unknown program {name!r}")
+
+
+def _worker(name, option_set, repeats):
+    import jax
+    import numpy as np
+
+    function, args, iterations = _program(name)
+    lowered = function.lower(*args)
+    options = OPTION_SETS[option_set]
+    wall, cpu = time.perf_counter(), time.process_time()
+    compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append((time.perf_counter() - start) / iterations)
+    print(json.dumps({"compile_wall": wall, "compile_cpu": cpu, "step": float(np.median(times))}))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--programs", nargs="+", default=["window:gamma", "window:mendel", "def"])
+    parser.add_argument("--options", nargs="+", default=list(OPTION_SETS), choices=list(OPTION_SETS))
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(*args.worker, args.repeats)
+        return
+    print(f"{'program':<20} {'options':<20} {'compile s':>9} {'cpu s':>6} {'per step ms':>11}")
+    for program in args.programs:
+        for option_set in args.options:
+            command = [sys.executable, __file__, "--worker", program, option_set]
+            command += ["--repeats", str(args.repeats)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                print(f"{program:<20} {option_set:<20} failed: {done.stderr[-500:]}")
+                continue
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            print(
+                f"{program:<20} {option_set:<20} {row['compile_wall']:>9.2f} {row['compile_cpu']:>6.2f} "
+                f"{1e3 * row['step']:>11.3f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Four textbook NumPyro models with their published data, for benchmarks and tests.
+
+Each entry of :data:`MODELS` is a :class:`TextbookModel`: the NumPyro model function and its
+arguments (the data). They are written as a new user would write them, from the literature,
+not from grepvi's own models:
+
+* ``pumps``: gamma-Poisson hierarchy of the failures of 10 power-plant pumps (Gaver &
+  O'Muircheartaigh 1987; George, Makov & Smith 1993; the BUGS example "pumps"):
+  ``alpha ~ Exponential(1)``, ``beta ~ Gamma(0.1, 1)``, ``theta_i ~ Gamma(alpha, beta)``,
+  ``failures_i ~ Poisson(theta_i t_i)``.
+* ``eight_schools``: the SAT coaching experiments (Rubin 1981; Gelman et al., BDA3 Section
+  5.5), non-centred: ``mu ~ Normal(0, 5)``, ``tau ~ HalfCauchy(5)``,
+  ``theta_tilde_j ~ Normal(0, 1)``, ``y_j ~ Normal(mu + tau theta_tilde_j, sigma_j)``.
+* ``rat_tumors``: beta-binomial hierarchy of 71 historical control groups of rats (Tarone
+  1982; BDA3 Section 5.3, Table 5.1): ``phi ~ Beta(1, 1)`` (the population mean),
+  ``kappa ~ Exponential(0.01)`` (its concentration ``alpha + beta``), ``theta_j ~ Beta(phi
+  kappa, (1 - phi) kappa)``, ``y_j ~ Binomial(n_j, theta_j)``.
+* ``mendel``: Dirichlet-multinomial of Mendel's (1866) dihybrid cross, 556 peas (round
+  yellow, round green, wrinkled yellow, wrinkled green): ``p ~ Dirichlet(1, 1, 1, 1)``,
+  ``counts ~ Multinomial(556, p)``; conjugate, the posterior is ``Dirichlet(1 + counts)``
+  and :func:`mendel_log_evidence` is the exact log evidence.
+"""
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["TextbookModel", "MODELS", "mendel_log_evidence"]
+
+PUMP_FAILURES = np.array([5, 1, 5, 14, 3, 19, 1, 1, 4, 22], np.float32)
+PUMP_TIMES = np.array([94.3, 15.7, 62.9, 126.0, 5.24, 31.4, 1.05, 1.05, 2.1, 10.5], np.float32)
+
+SCHOOL_EFFECTS = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], np.float32)
+SCHOOL_SES = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], np.float32)
+
+# BDA3 Table 5.1 (the 71st experiment is the current one, 4 of 14).
+RAT_TUMORS = np.array(
+    [0] * 14
+    + [1] * 8
+    + [2] * 9
+    + [1, 5, 2, 5, 3, 2, 7, 7, 3, 3, 2, 9, 10, 4, 4, 4, 4, 4, 4, 4, 10]
+    + [4, 4, 4, 5, 11, 12, 5, 5, 6, 5, 6, 6, 6, 6, 16, 15, 15, 9, 4],
+    np.float32,
+)
+RAT_GROUP_SIZES = np.array(
+    [20, 20, 20, 20, 20, 20, 20, 19, 19, 19, 19, 18, 18, 17, 20, 20, 20, 20, 19, 19, 18, 18, 25, 24]
+    + [23, 20, 20, 20, 20, 20, 20, 10, 49, 19, 46, 27, 17, 49, 47, 20, 20, 13, 48, 50, 20, 20, 20, 20]
+    + [20, 20, 20, 48, 19, 19, 19, 22, 46, 49, 20, 20, 23, 19, 22, 20, 20, 20, 52, 46, 47, 24, 14],
+    np.float32,
+)
+
+MENDEL_COUNTS = np.array([315.0, 108.0, 101.0, 32.0], np.float32)
+
+
+def pumps(failures, times):
+    import numpyro
+    import numpyro.distributions as dist
+
+    alpha = numpyro.sample("alpha", dist.Exponential(1.0))
+    beta = numpyro.sample("beta", dist.Gamma(0.1, 1.0))
+    with numpyro.plate("pump", failures.shape[0]):
+        theta = numpyro.sample("theta", dist.Gamma(alpha, beta))
+        numpyro.sample("failures", dist.Poisson(theta * times), obs=failures)
+
+
+def eight_schools(effects, standard_errors):
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+    with numpyro.plate("school", effects.shape[0]):
+        theta_tilde = numpyro.sample("theta_tilde", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu + tau * theta_tilde, standard_errors), obs=effects)
+
+
+def rat_tumors(tumors, group_sizes):
+    import numpyro
+    import numpyro.distributions as dist
+
+    phi = numpyro.sample("phi", dist.Beta(1.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Exponential(0.01))
+    with numpyro.plate("experiment", tumors.shape[0]):
+        theta = numpyro.sample("theta", dist.Beta(phi * kappa, (1.0 - phi) * kappa))
+        numpyro.sample("y", dist.Binomial(group_sizes, probs=theta), obs=tumors)
+
+
+def mendel(counts):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    p = numpyro.sample("p", dist.Dirichlet(jnp.ones(counts.shape[-1])))
+    numpyro.sample("counts", dist.Multinomial(total_count=counts.sum(), probs=p), obs=counts)
+
+
+def mendel_log_evidence(counts=MENDEL_COUNTS) -> float:
+    """``log p(counts)`` of :func:`mendel` (the multinomial coefficient included)."""
+    from scipy.special import gammaln
+
+    counts = np.asarray(counts, np.float64)
+    k, total = counts.size, counts.sum()
+    coefficient = gammaln(total + 1) - gammaln(counts + 1).sum()
+    return float(coefficient + gammaln(k) - gammaln(k + total) + gammaln(1 + counts).sum())
+
+
+class TextbookModel(NamedTuple):
+    name: str
+    model: Any
+    args: tuple
+    description: str
+
+
+MODELS = {
+    "pumps": TextbookModel(
+        "pumps", pumps, (PUMP_FAILURES, PUMP_TIMES), "gamma-Poisson hierarchy, 10 pumps (George et al. 1993)"
+    ),
+    "eight_schools": TextbookModel(
+        "eight_schools",
+        eight_schools,
+        (SCHOOL_EFFECTS, SCHOOL_SES),
+        "eight schools, non-centred (Rubin 1981)",
+    ),
+    "rat_tumors": TextbookModel(
+        "rat_tumors",
+        rat_tumors,
+        (RAT_TUMORS, RAT_GROUP_SIZES),
+        "beta-binomial hierarchy, 71 experiments (BDA3 5.3)",
+    ),
+    "mendel": TextbookModel("mendel", mendel, (MENDEL_COUNTS,), "Dirichlet-multinomial, Mendel's peas"),
+}
+
+assert RAT_TUMORS.size == RAT_GROUP_SIZES.size == 71 and RAT_TUMORS[-1] == 4 and RAT_GROUP_SIZES[-1] == 14

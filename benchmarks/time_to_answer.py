@@ -1,0 +1,233 @@
+"""Time to the answer on four textbook models: grepvi's defaults against NumPyro SVI and NUTS.
+
+One command; every contender runs in a fresh Python process (imports, tracing and XLA
+compilation included, no cache shared), one after another::
+
+    python benchmarks/time_to_answer.py                       # all models, all contenders
+    python benchmarks/time_to_answer.py --models pumps mendel --contenders grepvi nuts
+
+Contenders (the models are :mod:`textbook_models`, written from the literature):
+
+* ``grepvi``: ``from_numpyro(model, *data).fit()``, the defaults (the time includes the
+  adapter).
+* ``svi``: NumPyro SVI, ``AutoNormal`` guide, ``Adam(0.01)``, ``Trace_ELBO``, 10,000 steps.
+* ``nuts``: NumPyro NUTS, one chain, 1,000 warmup + 1,000 draws.
+
+``time`` is the wall time from the model and data in hand (imports done) to the answer
+(compilation included); ``process`` the whole subprocess (interpreter start and imports too).
+Accuracy, computed after the clock stops: ``max |d mean| / sd`` is the largest distance of a
+latent element's posterior mean from NUTS's, in NUTS posterior standard deviations (a NUTS
+reference is run untimed when ``nuts`` is not among the contenders); ``ELBO`` is one shared
+estimator for every variational answer, ``E_q[log p(x, z) - log q(z)]`` in the constrained
+space over 20,000 draws of ``q`` in float64 (its Monte Carlo standard error alongside). On
+``mendel`` the exact log evidence is printed for comparison (a conjugate model: the best
+ELBO equals it).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONTENDERS = ("grepvi", "svi", "nuts")
+ELBO_DRAWS = 20_000
+
+
+def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
+    start_process = float(os.environ.get("TIME_TO_ANSWER_T0", time.time()))
+    import warnings
+
+    import jax
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    from textbook_models import MODELS
+
+    entry = MODELS[model_name]
+    args = tuple(jax.numpy.asarray(a) for a in entry.args)
+    record = {"contender": contender, "model": model_name}
+    if contender == "grepvi":
+        from grepvi.interop.numpyro_model import from_numpyro
+
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            adapted = from_numpyro(entry.model, *args)
+            result = adapted.fit(progress=False)
+            jax.block_until_ready(result.params)
+        record["time"] = time.perf_counter() - start
+        record["converged"] = bool(result.converged)
+        record["iterations"] = int(result.convergence.num_iterations)
+        record["warnings"] = sorted({type(w.message).__name__ for w in caught})
+        answer = ("grepvi", result)
+    elif contender == "svi":
+        import numpyro
+        from numpyro.infer import SVI, Trace_ELBO
+        from numpyro.infer.autoguide import AutoNormal
+
+        start = time.perf_counter()
+        guide = AutoNormal(entry.model)
+        svi = SVI(entry.model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
+        svi_result = svi.run(jax.random.key(seed), 10_000, *args, progress_bar=False)
+        jax.block_until_ready(svi_result.params)
+        record["time"] = time.perf_counter() - start
+        answer = ("svi", svi_result.params)
+    elif contender == "nuts":
+        from numpyro.infer import MCMC, NUTS
+
+        start = time.perf_counter()
+        mcmc = MCMC(NUTS(entry.model), num_warmup=1000, num_samples=1000, progress_bar=False)
+        mcmc.run(jax.random.key(seed), *args)
+        samples = mcmc.get_samples()
+        jax.block_until_ready(samples)
+        record["time"] = time.perf_counter() - start
+        answer = ("nuts", samples)
+    else:
+        raise SystemExit(f"unknown contender {contender!r}")
+    record["process"] = time.time() - start_process
+
+    # --- accuracy, after the clock -------------------------------------------------------
+    jax.config.update("jax_enable_x64", True)
+    args64 = tuple(jax.numpy.asarray(np.asarray(a, np.float64)) for a in entry.args)
+    kind, value = answer
+    if kind == "nuts":
+        record["mean"] = {k: np.asarray(v, np.float64).mean(0).ravel().tolist() for k, v in value.items()}
+        record["sd"] = {k: np.asarray(v, np.float64).std(0).ravel().tolist() for k, v in value.items()}
+    else:
+        draws, log_q, means = _q_draws(kind, value, entry, args64, jax.random.key(seed + 1))
+        record["mean"] = {k: np.asarray(v).ravel().tolist() for k, v in means.items()}
+        record["elbo"], record["elbo_se"] = _shared_elbo(entry.model, args64, draws, log_q)
+    Path(out).write_text(json.dumps(record))
+
+
+def _q_draws(kind, value, entry, args, rng_key):
+    """``(draws, log q(draws), means)`` of a variational answer, constrained space, float64."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    if kind == "grepvi":
+        from grepvi.families.base import Posterior
+
+        draws, log_q, means = {}, 0.0, {}
+        keys = jax.random.split(rng_key, len(value.posterior))
+        for key, (name, posterior) in zip(keys, sorted(value.posterior.items()), strict=True):
+            to64 = lambda p: jnp.asarray(np.asarray(p, np.float64))  # noqa: E731
+            params = jax.tree_util.tree_map(to64, posterior.params)
+            posterior = Posterior(posterior.family, params)
+            z = posterior.sample(key, ELBO_DRAWS)
+            per_element = posterior.log_prob(z)
+            log_q = log_q + per_element.reshape(ELBO_DRAWS, -1).sum(-1)
+            draws[name] = z
+            means[name] = posterior.mean()
+        return draws, log_q, means
+
+    from numpyro import handlers
+    from numpyro.distributions.transforms import biject_to
+
+    trace = handlers.trace(handlers.seed(entry.model, 0)).get_trace(*args)
+    draws, log_q, means = {}, 0.0, {}
+    latent = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]]
+    keys = jax.random.split(rng_key, len(latent))
+    for key, name in zip(keys, latent, strict=True):
+        loc = jnp.asarray(np.asarray(value[f"{name}_auto_loc"], np.float64))
+        scale = jnp.asarray(np.asarray(value[f"{name}_auto_scale"], np.float64))
+        transform = biject_to(trace[name]["fn"].support)
+        normal = jax.random.normal(key, (ELBO_DRAWS,) + loc.shape, jnp.float64)
+        u = loc + scale * normal
+        z = transform(u)
+        log_normal = -0.5 * normal**2 - jnp.log(scale) - 0.5 * np.log(2 * np.pi)
+        log_det = transform.log_abs_det_jacobian(u, z)
+        log_q = log_q + log_normal.reshape(ELBO_DRAWS, -1).sum(-1) - log_det.reshape(ELBO_DRAWS, -1).sum(-1)
+        draws[name] = z
+        means[name] = z.mean(0)
+    return draws, log_q, means
+
+
+def _shared_elbo(model, args, draws, log_q):
+    import jax
+    import numpy as np
+    from numpyro.infer.util import log_density
+
+    log_p = jax.vmap(lambda z: log_density(model, args, {}, z)[0])(draws)
+    values = np.asarray(log_p - log_q, np.float64)
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+
+
+def _run(contender, model, seed):
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "record.json"
+        env = {**os.environ, "TIME_TO_ANSWER_T0": repr(time.time())}
+        command = [sys.executable, __file__, "--worker", contender, model, str(out), "--seed", str(seed)]
+        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        if completed.returncode != 0:
+            print(completed.stderr[-3000:], file=sys.stderr)
+            return {"contender": contender, "model": model, "error": completed.returncode}
+        return json.loads(out.read_text())
+
+
+def _distance(record, reference):
+    import numpy as np
+
+    worst = 0.0
+    for name, mean in record["mean"].items():
+        d = np.abs(np.asarray(mean) - np.asarray(reference["mean"][name])) / np.asarray(reference["sd"][name])
+        worst = max(worst, float(d.max()))
+    return worst
+
+
+def main(argv=None):
+    sys.path.insert(0, str(HERE))
+    from textbook_models import MODELS, mendel_log_evidence
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write every record to this file")
+    parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(*args.worker, seed=args.seed)
+        return
+
+    records = []
+    for model in args.models:
+        results = {c: _run(c, model, args.seed) for c in args.contenders}
+        reference = results.get("nuts") or _run("nuts", model, args.seed)
+        records.extend(results.values())
+        print(f"\n{model}: {MODELS[model].description}")
+        header = f"  {'contender':<9} {'time s':>7} {'process s':>9} {'max|dmean|/sd':>14} {'ELBO':>16}  note"
+        print(header)
+        for contender, record in results.items():
+            if "error" in record:
+                print(f"  {contender:<9} failed (exit {record['error']})")
+                continue
+            distance = ""
+            if contender != "nuts" and "error" not in reference:
+                distance = f"{_distance(record, reference):.3f}"
+            elbo = f"{record['elbo']:.2f} +- {record['elbo_se']:.2f}" if "elbo" in record else ""
+            note = ""
+            if contender == "grepvi":
+                note = f"{'converged' if record['converged'] else 'NOT converged'}, {record['iterations']} it"
+            times = f"{record['time']:>7.2f} {record['process']:>9.2f}"
+            print(f"  {contender:<9} {times} {distance:>14} {elbo:>16}  {note}")
+        ok = {c: r for c, r in results.items() if "error" not in r}
+        if "grepvi" in ok:
+            mine = ok["grepvi"]["time"]
+            ratios = [f"grepvi/{c.upper()} = {mine / ok[c]['time']:.2f}" for c in ok if c != "grepvi"]
+            if ratios:
+                print("  time ratios: " + ", ".join(ratios))
+        if model == "mendel":
+            print(f"  exact log evidence: {mendel_log_evidence():.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""JAX's persistent compilation cache, under the user's cache directory.
+
+A fit compiles its step programs once per process; with the cache on, a second process (the
+next ``grepvi`` command, the next script run) reads them from disk instead of compiling
+them again. The command line turns it on; a library user calls :func:`enable_persistent_cache`
+once before fitting.
+
+The directory is, in order: the ``path`` argument; the environment variable
+``GREPVI_COMPILATION_CACHE`` (``0``, ``off``, ``false`` or an empty value disable the cache);
+``$XDG_CACHE_HOME/grepvi/jax``; ``~/.cache/grepvi/jax``.
+"""
+
+import os
+from pathlib import Path
+
+import jax
+
+from grepvi.errors import ConfigError
+
+__all__ = [
+    "enable_persistent_cache",
+    "default_cache_dir",
+    "step_compiler_options",
+    "ENVIRONMENT_VARIABLE",
+    "SMALL_MODEL_ELEMENTS",
+]
+
+ENVIRONMENT_VARIABLE = "GREPVI_COMPILATION_CACHE"
+_DISABLED = {"0", "off", "false", "no", ""}
+MIN_COMPILE_TIME_SECONDS = 0.1  # programs that compile faster than this are not written
+
+
+def default_cache_dir() -> Path | None:
+    """The cache directory without a ``path`` argument; ``None`` when the environment disables it."""
+    override = os.environ.get(ENVIRONMENT_VARIABLE)
+    if override is not None:
+        if override.strip().lower() in _DISABLED:
+            return None
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "grepvi" / "jax"
+
+
+def enable_persistent_cache(path: str | os.PathLike | None = None) -> Path | None:
+    """Turns on JAX's persistent compilation cache; returns its directory (``None``: disabled).
+
+    Sets ``jax_compilation_cache_dir`` and writes every program that took at least
+    ``MIN_COMPILE_TIME_SECONDS`` to compile (JAX's default, 1 s, would skip most of a small
+    model's programs). Call it before the first compilation of the process; calling it again
+    with the same directory does nothing.
+
+    Args:
+      path: the directory (created if missing); default :func:`default_cache_dir`. The
+        environment variable ``GREPVI_COMPILATION_CACHE=0`` disables the cache whatever
+        ``path`` is.
+
+    Raises:
+      ConfigError: ``path`` exists and is not a directory, or cannot be created.
+    """
+    if os.environ.get(ENVIRONMENT_VARIABLE, "x").strip().lower() in _DISABLED:
+        return None
+    directory = Path(path).expanduser() if path is not None else default_cache_dir()
+    if directory is None:
+        return None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"path: cannot use {str(directory)!r} as the compilation cache directory ({error}); "
+            f"give a writable directory, or set {ENVIRONMENT_VARIABLE}=0 to disable the cache"
+        ) from error
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_SECONDS)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return directory
+
+
+SMALL_MODEL_ELEMENTS = 10_000  # latent elements up to which step programs compile for size
+SMALL_MODEL_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
+
+
+def step_compiler_options(num_elements: int, backend: str | None = None) -> dict:
+    """XLA options for a step program of a model with ``num_elements`` latent elements.
+
+    On CPU, for models up to ``SMALL_MODEL_ELEMENTS`` elements, XLA's older loop emitters and
+    LLVM at ``-O2``: the compile time of a small model's step program is nearly all LLVM
+    (HLO passes are 0.1 s of 2-3 s), and these options halve it at a run time per step
+    within the noise (``benchmarks/compile_options.py``, 2 loaded cores, CPU seconds of the
+    default procedure's window: pumps 6.0 -> 2.6, rat tumors 9.7 -> 5.3; gamma-Poisson 2.2 ->
+    0.8). Large models keep XLA's defaults: the same options made a G-REP step of
+    Olivetti's DEF 2.5 times slower (48.8 -> 128 ms). Other backends: none.
+
+    Use: ``jax.jit(program, compiler_options=step_compiler_options(n))`` or
+    ``lowered.compile(compiler_options=...)``.
+    """
+    backend = backend or jax.default_backend()
+    if backend != "cpu" or int(num_elements) > SMALL_MODEL_ELEMENTS:
+        return {}
+    return dict(SMALL_MODEL_COMPILER_OPTIONS)
