@@ -10,6 +10,12 @@ As in numpyro's ``test/conftest.py``: ``GREPVI_TEST_X64=1 pytest`` runs the whol
 import os
 
 os.environ["JAX_PLATFORMS"] = os.environ.get("GREPVI_TEST_PLATFORM", "cpu")  # before JAX starts
+# One persistent compilation cache for the session's fits and CLI runs (the same small models
+# compile in many tests); a fresh folder per session, so no test reads an older run's programs.
+if "GREPVI_COMPILATION_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["GREPVI_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="grepvi-test-jax-cache-")
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

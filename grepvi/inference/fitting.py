@@ -22,6 +22,7 @@ from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning
 from grepvi.estimators.base import Estimator, get_estimator
 from grepvi.families.base import Family, Posterior
 from grepvi.inference import controller, driver, rules
+from grepvi.inference.compilation_cache import enable_persistent_cache, step_compiler_options
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step
 from grepvi.optim.advi import advi_stepsize
@@ -172,7 +173,10 @@ def setup(
     )
     if check:
         check_target(target, initial_loop.params, data)
-    window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed)
+    elements = sum(int(np.prod(family.shape)) for family in target.families.values())
+    window = driver.make_window(
+        step_fn, length, keep_params, track_mean=not fixed, compiler_options=step_compiler_options(elements)
+    )
     names = tuple(sorted(target.families))
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
@@ -351,10 +355,12 @@ def fit(
         ...     prior = jnp.log(rate) - rate
         ...     return prior + jnp.sum(counts * jnp.log(rate) - rate)
         >>> result = grepvi.fit(logdensity_fn, {"rate": grepvi.Gamma()}, progress=False)
-        >>> result.converged, round(float(result.posterior["rate"].mean()), 2)  # exact: 14 / 4
-        (True, 3.5)
+        >>> mean = float(result.posterior["rate"].mean())  # exact: 14 / 4
+        >>> result.converged, abs(mean - 3.5) < 0.02 * 3.5  # within 2%, as tested
+        (True, True)
     """
     seed = validation.seed(seed)  # the boundary's checks: errors in grepvi's words
+    _use_compilation_cache()
     data = validation.data_pytree(data)
     fixed = step_size is not None or optimizer is not None
     if num_steps is not None:
@@ -474,6 +480,18 @@ def _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space
             logdensity_fn, latents, local_logdensity_fn, takes_data=data is not None, log_space=log_space
         )
     return target, model, data
+
+
+def _use_compilation_cache() -> None:
+    """JAX's persistent compilation cache, unless the user configured one or disabled it
+    (``GREPVI_COMPILATION_CACHE=0``): a second fit of the same shapes, in this process or
+    another, loads its program instead of compiling it."""
+    if jax.config.jax_compilation_cache_dir:
+        return
+    try:
+        enable_persistent_cache()
+    except ConfigError:
+        pass  # no writable cache folder: every fit compiles
 
 
 class _CallbackObserver:

@@ -38,8 +38,8 @@ Example::
     >>> type(adapted.families["rate"]).__name__, adapted.joint.blankets["rate"]
     ('Gamma', ('rate', 'x'))
     >>> result = adapted.fit(progress=False)
-    >>> round(float(result.posterior["rate"].mean()), 2)  # exact: (2 + 12) / (1 + 3)
-    3.5
+    >>> abs(float(result.posterior["rate"].mean()) - 3.5) < 0.02 * 3.5  # exact: (2 + 12) / (1 + 3)
+    True
 """
 
 import warnings
