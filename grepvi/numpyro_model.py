@@ -117,9 +117,9 @@ class NumPyroModel(NamedTuple):
         simplex sites, ``logit z`` for unit-interval ones, ``z`` otherwise), as ``target()``
         and ``fit()`` hand them.
       subsampled: the plates with ``subsample_size`` (:class:`SubsampledPlate`), by name.
-        NumPyro scales their sites by ``size / subsample_size``, so each evaluation is an
-        unbiased estimate of the full log joint; grepvi's minibatch driver is to gather the
-        rows (``batch_size``) itself.
+        NumPyro scales their sites by ``size / subsample_size``; the factors trace the model
+        with a fixed seed, so today every evaluation sees the *same* rows (not yet minibatch
+        VI): grepvi's minibatch driver is to draw and gather the rows (``batch_size``) itself.
     """
 
     joint: LogJoint
