@@ -119,9 +119,9 @@ class NumPyroModel(NamedTuple):
         simplex sites, ``logit z`` for unit-interval ones, ``z`` otherwise), as ``target()``
         and ``fit()`` hand them.
       subsampled: the plates with ``subsample_size`` (:class:`SubsampledPlate`), by name.
-        NumPyro scales their sites by ``size / subsample_size``, so each evaluation is an
-        unbiased estimate of the full log joint; grepvi's minibatch driver is to gather the
-        rows (``batch_size``) itself.
+        NumPyro scales their sites by ``size / subsample_size``; the factors trace the model
+        with a fixed seed, so today every evaluation sees the *same* rows (not yet minibatch
+        VI): grepvi's minibatch driver is to draw and gather the rows (``batch_size``) itself.
     """
 
     joint: LogJoint
@@ -177,6 +177,12 @@ class NumPyroModel(NamedTuple):
         """``grepvi.fit`` of this model (its data, local log joints and families), in log space."""
         from grepvi.inference.fitting import fit
 
+        if self.subsampled:
+            names = ", ".join(sorted(self.subsampled))
+            raise ModelError(
+                f"plate(s) {names}: subsample_size is not supported by fit() yet (every step would see the "
+                "same rows, scaled: a biased fit); remove subsample_size from the model to fit all rows"
+            )
         families = options.pop("latents", None) or self.latents()
         self.check_spaces(families)
         return fit(
