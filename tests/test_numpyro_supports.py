@@ -481,6 +481,8 @@ def test_subsampled_plates_are_recorded():
     plate = adapted.subsampled["n"]
     assert (plate.size, plate.subsample_size, plate.data_axes) == (20, 5, ((0,),))
     assert from_numpyro(_every_support_model).batch_size is None
+    with pytest.raises(ModelError, match="plate.*n.*subsample_size"):  # the same rows every step: refused
+        adapted.fit(progress=False)
 
 
 # --- GrepGuide under NumPyro's ELBOs and Predictive, with plates ----------------------------------
