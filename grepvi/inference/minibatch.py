@@ -23,10 +23,10 @@ Example::
 
     >>> import jax, numpy as np, grepvi
     >>> from grepvi.models import beta_gamma_mf
-    >>> from grepvi import minibatch
+    >>> from grepvi.inference import minibatch
     >>> data = (np.random.default_rng(0).random((12, 5)) < 0.3).astype(np.float32)
     >>> problem = minibatch.minibatch_problem(beta_gamma_mf(data, 2), batch_size=4)
-    >>> optimizer = grepvi.optim.advi.advi_stepsize(0.1)
+    >>> optimizer = grepvi.advi_stepsize(0.1)
     >>> state = minibatch.init(jax.random.key(0), problem, optimizer)
     >>> estimator = grepvi.get_estimator("grep")
     >>> step = jax.jit(lambda s, data: minibatch.step(s, problem, estimator, optimizer, data))

@@ -32,9 +32,9 @@ Example::
     >>> from grepvi.inference.sharding import data_parallel
     >>> model = sparse_gamma_def(np.ones((8, 5)), layer_sizes=(3, 2))
     >>> target = model.target()
-    >>> optimizer = grepvi.optim.advi.advi_stepsize(0.1)
+    >>> optimizer = grepvi.advi_stepsize(0.1)
     >>> estimator = grepvi.get_estimator("grep")
-    >>> state = grepvi.inference.state.init(jax.random.key(0), target, optimizer)
+    >>> state = grepvi.init(jax.random.key(0), target, optimizer)
     >>> parallel = data_parallel(target, estimator, optimizer, model)
     >>> state, data = parallel.place_state(state), parallel.place_data(model.data)
     >>> state, info = parallel.step(state, data)
