@@ -241,7 +241,7 @@ def _plot_curves(ax, runs, column, *, x="wall_time", smooth=True):
         if column not in run.trace or x not in run.trace:
             continue
         xs, ys = run.trace[x], run.trace[column]
-        keep = np.isfinite(ys) & np.isfinite(xs) & (xs > 0)
+        keep = np.isfinite(ys) & np.isfinite(xs) & (xs > 0) & _kept_rule_rows(run.trace)
         xs, ys = xs[keep], ys[keep]
         if ys.size == 0:
             continue
@@ -264,6 +264,20 @@ def _plot_curves(ax, runs, column, *, x="wall_time", smooth=True):
             )
         curves.append(ys)
     return curves
+
+
+def _kept_rule_rows(trace: dict) -> np.ndarray:
+    """Rows of the trace on the kept rule's path: the default procedure's trial runs every
+    candidate from the same start; the curves follow the rule it kept (its trial windows
+    included), not the candidates it dropped."""
+    phase, rule = trace.get("phase"), trace.get("rule")
+    length = len(next(iter(trace.values()))) if trace else 0
+    if phase is None or rule is None:
+        return np.ones(length, bool)
+    after = rule[phase > 0]
+    if after.size == 0:
+        return np.ones(length, bool)
+    return (phase > 0) | (rule == after[0])
 
 
 def elbo_figure(runs, path, *, x="wall_time") -> Path | None:

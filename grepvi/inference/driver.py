@@ -82,6 +82,7 @@ class WindowEvent(NamedTuple):
     step_size: float
     accuracy: float
     label: str
+    rule: int = 0
 
 
 class Plan(NamedTuple):
@@ -226,7 +227,13 @@ def run(
         outputs = _host_outputs(outputs, active)  # waits for the window
         seconds = clock() - window_start
         per_step = seconds / active
-        ran = _Ran(int(state.iterations), int(state.phase), float(state.step_size), _label(plan, state))
+        ran = _Ran(
+            int(state.iterations),
+            int(state.phase),
+            float(state.step_size),
+            _label(plan, state),
+            int(state.candidate),
+        )
         summary = WindowSummary(outputs["elbo"], outputs["finite"], outputs["nonfinite_latents"], mean)
         try:
             state, next_loop = _decide(state, summary, new_loop, plan)
@@ -250,12 +257,13 @@ def run(
 
 
 class _Ran(NamedTuple):
-    """What a window ran: its first iteration, phase, step size and rule."""
+    """What a window ran: its first iteration, phase, step size and rule (label, candidate)."""
 
     first: int
     phase: int
     step_size: float
     label: str
+    rule: int
 
 
 def _window_length(state, plan, probing, max_steps, time_budget, elapsed, per_step) -> int:
@@ -296,6 +304,7 @@ def _event(ran: _Ran, outputs, run_state: RunState, previous_loop, seconds: floa
         step_size=ran.step_size,
         accuracy=float(run_state.controller.accuracy),
         label=ran.label,
+        rule=ran.rule,
     )
 
 
@@ -369,7 +378,8 @@ def trial_steps(settings, window: int, num_candidates: int, max_steps: int | Non
 class TraceObserver:
     """Collects the trace: per-iteration ELBO, wall time (interpolated within a window),
     skipped steps, step size, phase (0 trial, 1 approach, 2 average, 3 fixed), the first
-    iteration of the step's window, and the estimator's scalar extras; counts skipped steps
+    iteration of the step's window, the rule (the candidate's index: during the trial each
+    candidate starts again from the same point), and the estimator's scalar extras; counts skipped steps
     and the latents that caused them."""
 
     def __init__(self, latent_names: Sequence[str] = (), initial_wall_time: float = 0.0):
@@ -394,6 +404,7 @@ class TraceObserver:
             "step_size": np.full(n, event.step_size),
             "phase": np.full(n, float(controller.PHASES.index(event.phase))),
             "window_start": np.full(n, float(event.first_iteration + 1)),
+            "rule": np.full(n, float(event.rule)),
         }
         for key, value in out.get("extras", {}).items():
             rows[key] = np.asarray(value, np.float64)
