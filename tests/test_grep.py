@@ -181,7 +181,9 @@ def _unbiased_cases():
         for name in MODELS:
             for shape in SHAPES:
                 for use_local in (True, False):
-                    if space == "value" and name == "beta-bernoulli" and shape == 0.1 and use_local:
+                    if space == "value" and name == "beta-bernoulli" and shape == 0.1:
+                        # the model sees 1 - z clamped at 1.6e-7: biased, local (see below) and
+                        # whole alike (whole: z = -4.9 at 08bbeb4's draws, -6.1 with issue 21's)
                         continue
                     label = f"{space}-{name}-{shape:g}-{'local' if use_local else 'whole'}"
                     cases.append(pytest.param(space, name, shape, use_local, id=label))
@@ -280,7 +282,9 @@ def _compare(autodiff, closed_form, keep):
         got = np.asarray(_get(closed_form, path), np.float64)[keep]
         scale = np.max(np.abs(expected), axis=0)
         error = np.abs(got - expected)
-        assert np.all(error <= 1e-4 * scale), (
+        # 2e-4: float32 rounding of the polygammas at shape 0.01 (1.5e-4 on one of 500 draws
+        # once digamma/trigamma got custom JVPs)
+        assert np.all(error <= 2e-4 * scale), (
             f"{jax.tree_util.keystr(path)}: max error / scale {np.max(error / scale, axis=0)}"
         )
 

@@ -86,8 +86,8 @@ def step_compiler_options(num_elements: int, backend: str | None = None) -> dict
     LLVM at ``-O2``: the compile time of a small model's step program is nearly all LLVM
     (HLO passes are 0.1 s of 2-3 s), and these options halve it at a run time per step
     within the noise (``benchmarks/compile_options.py``, 2 loaded cores, CPU seconds of the
-    default procedure's window: pumps 6.0 -> 2.6, rat tumors 9.7 -> 5.3; gamma-Poisson 2.2 ->
-    0.8). Large models keep XLA's defaults: the same options made a G-REP step of
+    default procedure's window: pumps 6.0 -> 2.6, rat tumors 9.7 -> 5.3; a one-element
+    gamma-Poisson 2.5 -> 1.1). Large models keep XLA's defaults: the same options made a G-REP step of
     Olivetti's DEF 2.5 times slower (48.8 -> 128 ms). Other backends: none.
 
     Use: ``jax.jit(program, compiler_options=step_compiler_options(n))`` or
