@@ -44,8 +44,7 @@ def test_the_library_below_experiments_never_imports_it(edges):
         (a, b)
         for a, targets in edges.items()
         for b in targets
-        if b.startswith("grepvi.experiments")
-        and not a.startswith(("grepvi.experiments", "grepvi.cli"))
+        if b.startswith("grepvi.experiments") and not a.startswith(("grepvi.experiments", "grepvi.cli"))
     }
     assert offenders == set()
 
