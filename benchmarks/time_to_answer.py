@@ -162,7 +162,12 @@ def _shared_elbo(model, args, draws, log_q):
 def _run(contender, model, seed):
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "record.json"
-        env = {**os.environ, "TIME_TO_ANSWER_T0": repr(time.time())}
+        # a fresh, empty compilation cache for each contender: every program is compiled
+        env = {
+            **os.environ,
+            "TIME_TO_ANSWER_T0": repr(time.time()),
+            "GREPVI_COMPILATION_CACHE": str(Path(folder) / "jax-cache"),
+        }
         command = [sys.executable, __file__, "--worker", contender, model, str(out), "--seed", str(seed)]
         completed = subprocess.run(command, env=env, capture_output=True, text=True)
         if completed.returncode != 0:
