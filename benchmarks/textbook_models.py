@@ -53,14 +53,10 @@ MENDEL_COUNTS = np.array([315.0, 108.0, 101.0, 32.0], np.float32)
 
 
 def pumps(failures, times):
-    import numpyro
-    import numpyro.distributions as dist
+    """The zoo's pumps model (:func:`grepvi.interop.numpyro_zoo.pumps_model`), one definition."""
+    from grepvi.interop.numpyro_zoo import pumps_model
 
-    alpha = numpyro.sample("alpha", dist.Exponential(1.0))
-    beta = numpyro.sample("beta", dist.Gamma(0.1, 1.0))
-    with numpyro.plate("pump", failures.shape[0]):
-        theta = numpyro.sample("theta", dist.Gamma(alpha, beta))
-        numpyro.sample("failures", dist.Poisson(theta * times), obs=failures)
+    return pumps_model(failures, times)
 
 
 def eight_schools(effects, standard_errors):

@@ -395,7 +395,8 @@ LONG = [
 ]
 
 
-def _command(out, *extra):
+def _command(out, *extra, options=LONG):
+    """``python -m grepvi.cli fit`` of the tiny ADVI run with ``options`` into ``out``."""
     return [
         sys.executable,
         "-m",
@@ -404,7 +405,7 @@ def _command(out, *extra):
         *TINY,
         "--estimator",
         "advi",
-        *LONG,
+        *options,
         "--out",
         str(out),
         *extra,
@@ -602,19 +603,7 @@ DEFAULT = ["--num-steps", "2400", "--refit-steps", "0", "--checkpoint-every", "1
 
 
 def _default_command(out, *extra):
-    return [
-        sys.executable,
-        "-m",
-        "grepvi.cli",
-        "fit",
-        *TINY,
-        "--estimator",
-        "advi",
-        *DEFAULT,
-        "--out",
-        str(out),
-        *extra,
-    ]
+    return _command(out, *extra, options=DEFAULT)
 
 
 def _checkpoint_phase(out) -> str | None:

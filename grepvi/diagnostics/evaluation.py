@@ -238,14 +238,7 @@ def refit_local(
         max_steps=num_steps,
     )
     trace = driver.TraceObserver()
-    final = driver.run(
-        prepared.window,
-        prepared.initial,
-        prepared.plan,
-        data=refit_data,
-        max_steps=num_steps,
-        observers=[trace],
-    )
+    final = prepared.run(max_steps=num_steps, observers=[trace])
     params = controller.answer(final.controller, final.loop, settings=prepared.plan.settings)
     return params, trace.arrays().get("elbo", np.zeros(0))
 

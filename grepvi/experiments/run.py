@@ -326,14 +326,8 @@ def _write_run(
         with SignalCatcher() as signals:
             observers.append(signals)
             try:
-                final = driver.run(
-                    prepared.window,
-                    run_state,
-                    prepared.plan,
-                    data=prepared.data,
-                    max_steps=config.num_steps,
-                    time_budget=config.time_budget,
-                    observers=observers,
+                final = prepared.run(
+                    run_state, max_steps=config.num_steps, time_budget=config.time_budget, observers=observers
                 )
             except NumericalError:
                 checkpoints.write_last()  # the run stalled: keep what it did, then say so

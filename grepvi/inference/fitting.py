@@ -111,6 +111,14 @@ class Setup(NamedTuple):
     estimator: Estimator
     fixed: bool
 
+    def run(self, start=None, *, max_steps=None, time_budget=None, observers=()) -> driver.RunState:
+        """:func:`grepvi.inference.driver.run` from ``start`` (default the initial state)."""
+        start = self.initial if start is None else start
+        return driver.run(
+            self.window, start, self.plan, data=self.data, max_steps=max_steps, time_budget=time_budget,
+            observers=observers,
+        )  # fmt: skip
+
 
 def _resolve_optimizer(optimizer, step_size):
     if optimizer is not None:
@@ -416,15 +424,7 @@ def fit(
             driver.ProgressObserver(max_steps, f"fit[{estimator.name}]", int(start.controller.iterations))
         )
     try:
-        final = driver.run(
-            prepared.window,
-            start,
-            prepared.plan,
-            data=prepared.data,
-            max_steps=max_steps,
-            time_budget=time_budget,
-            observers=observers,
-        )
+        final = prepared.run(start, max_steps=max_steps, time_budget=time_budget, observers=observers)
     except NumericalError:
         _warn_skipped(trace, int(trace.arrays().get("iteration", [0])[-1:].sum()), 0)
         raise

@@ -165,13 +165,7 @@ class NumPyroModel(NamedTuple):
         """The log-space :class:`~grepvi.Target` (``joint``'s functions; ``log_space=True``)."""
         families = self.latents() if families is None else dict(families)
         self.check_spaces(families)
-        return Target(
-            self.joint.logdensity_fn,
-            families,
-            self.joint.local_logdensity_fn if use_local else None,
-            takes_data=True,
-            log_space=True,
-        )
+        return self.joint.target(families, use_local)
 
     def fit(self, estimator="grep", **options):
         """``grepvi.fit`` of this model (its data, local log joints and families), in log space."""

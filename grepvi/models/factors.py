@@ -80,6 +80,7 @@ import numpy as np
 
 from grepvi import numerics
 from grepvi.errors import ModelError
+from grepvi.target import Target
 
 __all__ = [
     "Factor",
@@ -144,6 +145,17 @@ class LogJoint(NamedTuple):
 
     def latent_shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.axis_sizes[axis] for axis in self.latent_axes[name])
+
+    def target(self, families: dict, use_local: bool = True) -> Target:
+        """The log-space :class:`~grepvi.Target` of these factors (functions of ``(latents in the
+        log space of their supports, data)``), with ``families``."""
+        return Target(
+            self.logdensity_fn,
+            dict(families),
+            self.local_logdensity_fn if use_local else None,
+            takes_data=True,
+            log_space=True,
+        )
 
 
 def _check_axes(axes, what: str) -> tuple[str, ...]:

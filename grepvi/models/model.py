@@ -105,13 +105,7 @@ class Model(NamedTuple):
                 self.logdensity_fn, families, self.local_logdensity_fn if use_local else None, takes_data=True
             )
         self.check_supports(families)
-        return Target(
-            self.joint.logdensity_fn,
-            families,
-            self.joint.local_logdensity_fn if use_local else None,
-            takes_data=True,
-            log_space=True,
-        )
+        return self.joint.target(families, use_local)
 
     def check_supports(self, families: dict[str, Family]) -> None:
         """Raises ``ConfigError`` where a family's support differs from the default family's:
