@@ -4,7 +4,7 @@ Each (program, options) pair is compiled in a fresh subprocess (no in-process ca
 run repeatedly; the table gives compile wall/CPU seconds and the median run time. Programs:
 
 * ``window:<model>``: the default procedure's window (100 steps of the first candidate of
-  :func:`grepvi.inference.fitting.adaptive_candidates`) on a textbook model
+  :func:`grepvi.inference.fitting.setup`) on a textbook model
   (:mod:`textbook_models`, through ``from_numpyro``), or ``window:gamma`` (a one-element
   gamma-Poisson written as a plain log density);
 * ``def``: ten G-REP steps of the sparse gamma DEF of Olivetti's size (the CLI's fixed
@@ -36,11 +36,9 @@ def _program(name):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from grepvi.adaptive import AdaptiveSettings
-
     import grepvi
     from grepvi.estimators.base import get_estimator
-    from grepvi.inference.fitting import adaptive_candidates
+    from grepvi.inference import fitting
     from grepvi.inference.state import init, make_target, step
 
     estimator = get_estimator("grep")
@@ -64,10 +62,9 @@ def _program(name):
             adapted = from_numpyro(entry.model, *entry.args)
             target, data = adapted.target(), adapted.data
         target = target._replace(families=estimator.adapt_families(target.families))
-        settings = AdaptiveSettings().validated()
-        candidate = adaptive_candidates(jax.random.key(0), target, estimator, settings, None, data)[0]
-        window = candidate.window_fn
-        return window.compiled, (candidate.state, data, window.length), window.length
+        prepared = fitting.setup(target, estimator, data=data)  # the default procedure's one window
+        window = prepared.window
+        return window.jitted, (prepared.initial.loop, data, np.int32(window.length)), window.length
     if name == "def":
         from grepvi.models import sparse_gamma_def
         from grepvi.optim.advi import advi_stepsize

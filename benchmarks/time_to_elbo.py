@@ -4,7 +4,7 @@ own estimates, 100 iterations) first reaches given levels, and the level after t
 
 Contenders (G-REP, each with ``--budget`` seconds of wall time, compilation included):
 
-* ``default``: ``grepvi fit`` with no step size (the procedure of ``grepvi.adaptive``);
+* ``default``: ``grepvi fit`` with no step size (the procedure of ``grepvi.inference.controller``);
 * ``paper``: Eq. 9 with the paper's eta for the data set (Table 1: 5 on Olivetti and MNIST);
 * ``stan``: Stan's ADVI adaptation, Eq. 9 at eta in {100, 10, 1, 0.1, 0.01} for 50 iterations
   each, the best final ELBO kept, then Eq. 9 at that eta for the rest of the budget.

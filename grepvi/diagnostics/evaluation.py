@@ -192,7 +192,7 @@ def refit_local(
     ``q(z*)`` by stochastic gradient ascent: each step draws ``W ~ q(W)`` and hands
     ``estimator`` the log joint with that ``W`` bound, so only the local parameters get a
     gradient (cheaper than freezing the globals behind a zero update). By default the steps
-    are those of ``grepvi.fit``'s procedure (:mod:`grepvi.adaptive`: the better of natural
+    are those of ``grepvi.fit``'s procedure (:mod:`grepvi.inference.controller`: the better of natural
     and Adam steps in a trial, averaged once stationary) with ``num_steps`` as its cap; with
     ``step_size`` the ADVI sequence (paper Eq. 9) with ``eta = step_size``.
 

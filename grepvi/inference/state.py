@@ -1,9 +1,9 @@
 """One iteration of Algorithm 1 as pure functions: ``init`` and ``step`` on a :class:`Target`.
 
 ``step`` draws a gradient estimate, guards it against non-finite values, and applies the
-optimizer; the data is an argument (never a constant of the compiled program). The loops
-that run steps are in :mod:`grepvi.loop` (one chunked runner for fixed schedules, windows for
-the default procedure); ``fit`` is in :mod:`grepvi.inference.fitting` (both re-exported here).
+optimizer; the data is an argument (never a constant of the compiled program). The one loop
+that runs steps is :mod:`grepvi.inference.driver` (compiled windows, both procedures);
+``fit`` is in :mod:`grepvi.inference.fitting`.
 """
 
 from typing import Any, NamedTuple

@@ -27,7 +27,7 @@ gradients (the current gradient left out of its own scale, which would bias the 
 cf. PyMC's issue 8444).
 
 The step size lives in the state (``NaturalGradientState.step_size``) so that a controller
-(``grepvi.adaptive``) can change it between compiled windows without recompiling.
+(:mod:`grepvi.inference.controller`) can change it between compiled windows without recompiling.
 """
 
 import math
@@ -218,7 +218,7 @@ def positive_in_log_scale(families: dict[str, Family], inner: optax.GradientTran
     ``v' = softplus^{-1}(softplus(v) exp(du))``: a learning rate of 0.1 is a relative change of
     about 10% per step at any scale, and the progress is geometric. Other parameters (the
     Gaussians' locations) pass through unchanged. The step size of ``inner`` (an
-    ``optax.inject_hyperparams`` state) stays settable by :func:`grepvi.adaptive.set_step_size`.
+    ``optax.inject_hyperparams`` state) stays settable from outside the compiled program.
     """
     from grepvi import numerics
 
