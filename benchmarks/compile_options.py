@@ -36,6 +36,7 @@ def _program(name):
     import jax
     import jax.numpy as jnp
     import numpy as np
+
     import grepvi
     from grepvi.estimators.base import get_estimator
     from grepvi.inference import fitting
