@@ -469,6 +469,17 @@ def _site_log_prob(site, log_prob=None):
     return value
 
 
+def _uniform_or_prior(site):
+    """NumPyro's ``init_to_uniform`` value of a site, or None (the prior's draw) where it has
+    none (a support without a bijection: the adapter names such a site itself)."""
+    from numpyro.infer.initialization import init_to_uniform
+
+    try:
+        return init_to_uniform(site)
+    except (ValueError, NotImplementedError):
+        return None
+
+
 def _sample_sites(trace):
     return {
         name: site
@@ -490,8 +501,6 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         change between traces, or plates that disagree on an axis' size (naming the site).
     """
     numpyro, handlers = numpyro_modules()
-    from numpyro.infer.initialization import init_to_uniform
-
     data, rebuild = split_arguments(args, kwargs)
     families = dict(families or {})
 
@@ -500,7 +509,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         substituted = handlers.substitute(handlers.seed(model, rng_seed=seed), data=latents)
         if not latents:  # shapes only: uniform draws in the unconstrained space, not the prior's
             # (a Dirichlet or gamma prior draw compiles a rejection sampler: 0.6-1.9 s)
-            substituted = handlers.substitute(substituted, substitute_fn=init_to_uniform)
+            substituted = handlers.substitute(substituted, substitute_fn=_uniform_or_prior)
         return handlers.trace(substituted).get_trace(*call_args, **call_kwargs)
 
     with warnings.catch_warnings():  # prior draws of shape-0.1 gammas round to 0: out of support
