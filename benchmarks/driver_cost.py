@@ -31,8 +31,7 @@ target, estimator = model.target(), grepvi.get_estimator("grep")
 optimizer = grepvi.advi_stepsize(1.0)
 state = grepvi.init(jax.random.key(0), target, optimizer)
 try:
-    from grepvi import fitting  # the one driver
-    from grepvi.inference import driver
+    from grepvi.inference import driver, fitting  # the one driver
     setup = fitting.setup(target, estimator, data=model.data, step_size=1.0, chunk_size=100, max_steps=steps)
     driver.run(setup.window, setup.initial, setup.plan, data=model.data, max_steps=100)  # compile + warm
     start = time.perf_counter()
