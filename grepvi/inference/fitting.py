@@ -350,6 +350,10 @@ def fit(
       callback: called with a :class:`~grepvi.inference.driver.WindowEvent` after every window; a
         return value of ``True`` stops the run (``reason="interrupted"``, resumable).
 
+    The compiled program is cached on disk (JAX's persistent compilation cache, turned on here
+    unless the process configured its own or ``GREPVI_COMPILATION_CACHE=0``): a second fit of
+    the same shapes, in this process or a later one, loads it instead of compiling.
+
     Returns:
       A :class:`FitResult` with ``posterior[name]`` (``mean()``, ``variance()``,
       ``sample(key, n)``), ``params``, ``trace`` (``elbo``, ``wall_time``), ``convergence``
