@@ -135,7 +135,6 @@ def test_heldout_loglik_refits_local_latents_to_the_exact_posterior():
         get_estimator("grep", num_samples=8),
         num_samples=400,
         refit_steps=1000,
-        step_size=5.0,
     )
     post_a = a0 + jnp.sum(test, 1)
     post_b = b0 + jnp.sum(weights)
@@ -143,9 +142,10 @@ def test_heldout_loglik_refits_local_latents_to_the_exact_posterior():
     exact = jnp.mean(test * log_rate - (post_a / post_b)[:, None] * weights[None, :] - gammaln(test + 1.0))
     assert result.refit_elbo.shape == (1000,)
     assert np.mean(result.refit_elbo[-100:]) > np.mean(result.refit_elbo[:20])
-    # 0.03 nats per entry: the refit's own error after 1000 noisy steps, far below the gap to an
-    # unfitted q(z*) (checked below).
-    assert result.mean == pytest.approx(float(exact), abs=0.03)
+    # The default refit (the procedure's averaged answer): within 0.004 nats per entry of the
+    # closed form for keys 3-6 (the paper's Eq. 9 at eta 5, 1,000 steps, stops 0.031-0.035 nats
+    # short: its last iterate); 0.01 is far below the gap to an unfitted q(z*) (checked below).
+    assert result.mean == pytest.approx(float(exact), abs=0.01)
     unfitted = evaluation.heldout_loglik(
         jax.random.key(3),
         model,
