@@ -281,6 +281,35 @@ def test_a_window_whose_mean_collapses_under_a_steady_median_is_a_fall():
     assert int(state.restarts) == 1 and math.isclose(float(state.step_size), 0.05)
 
 
+def test_a_healthy_heavy_tail_is_not_a_fall():
+    """The Olivetti DEF on a GPU: single one-draw ELBOs a million magnitudes below a -5.8e6
+    median (gamma shapes near 0.1) in a converging run. Under the old mean-based rule these
+    halved the step 12 times; they are not a fall."""
+    params = {"x": np.zeros(3, np.float32)}
+
+    class State(NamedTuple):
+        params: dict
+        rng_key: jax.Array
+
+    loop = State(params, jax.random.key(0))
+    state = controller.init(loop, 1, 0.1)
+    kwargs = dict(
+        settings=controller.AdaptiveSettings(),
+        candidates=[rules.Candidate("adam-0.1", 0, 0.1)],
+        initial_state=loop,
+        select=lambda s, i, rho: s,
+        distance=lambda p, d: 0.0,
+    )
+    rng = np.random.default_rng(1)
+    for window in range(6):
+        elbo = -5.8e6 + rng.normal(0, 1e4, 100)
+        elbo[window * 7] = -5.8e13  # one draw in a window: its mean 1e5 medians below the median
+        summary = controller.WindowSummary(elbo, np.ones(100, bool), np.zeros((100, 1), bool), params)
+        state, _ = controller.update(state, summary, loop, **kwargs)
+        assert np.mean(elbo) < np.median(elbo) - 1e4 * abs(np.median(elbo))
+    assert int(state.restarts) == 0 and math.isclose(float(state.step_size), 0.1)
+
+
 def test_the_trial_is_cheap_on_a_small_model():
     """The trial's share of a small model's steps: 4 rules x 300 steps, one program."""
     model = gamma_poisson()

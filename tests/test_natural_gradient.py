@@ -162,3 +162,34 @@ def test_doctests_of_fit_and_step_sizes():
     for module in (grepvi.inference.fitting, grepvi.optim.advi):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module
+
+
+@pytest.mark.parametrize("rule", ["natural", "adam-log-scale"])
+def test_shapes_stay_below_the_cap_under_a_gradient_of_constant_sign(rule):
+    """Adam in log scale moves a shape by a constant factor per step whatever the gradient's
+    size: on a gradient of constant sign (the Omniglot MF on a GPU) beta shapes reached 5.8e34,
+    then inf. The rules stop every shape at ``MAX_CONCENTRATION``; means are not capped."""
+    from grepvi.optim.natural_gradient import positive_in_log_scale
+
+    families = {"w": Gamma(shape=(2,), init_concentration=1.0, init_mean=1.0), "z": Beta(shape=(2,))}
+    if rule == "natural":
+        optimizer = natural_gradient(families, step_size=1.0)  # the trust region of the defaults
+    else:
+        optimizer = positive_in_log_scale(families, optax.adam(1.0))
+    params = {name: family.init_params() for name, family in families.items()}
+    state = optimizer.init(params)
+    push = {  # the gradient of -ELBO: every shape (and the gamma mean) pushed up
+        "w": {"concentration": -jnp.ones(2), "mean": -jnp.ones(2)},
+        "z": {"concentration1": -jnp.ones(2), "concentration0": -jnp.ones(2)},
+    }
+    for _ in range(200):
+        updates, state = optimizer.update(push, state, params)
+        params = optax.apply_updates(params, updates)
+    shapes = [("w", "concentration"), ("z", "concentration1"), ("z", "concentration0")]
+    for name, key in shapes:
+        leaf = np.asarray(params[name][key])
+        assert np.all(np.isfinite(leaf)) and np.all(leaf <= families[name].max_shape)
+        assert np.all(leaf > 0.5 * families[name].max_shape)  # pushed up to the cap
+    assert families["z"].max_shape < families["w"].max_shape
+    if rule != "natural":
+        assert np.all(np.asarray(params["w"]["mean"]) > 1e10)  # e^200: only shapes are capped

@@ -145,6 +145,10 @@ class Family(abc.ABC):
     # Parameters stored as softplus^{-1}(theta - floor) of a positive theta: natural-gradient
     # steps cap their relative change (grepvi.optim.advi.natural_gradient).
     positive_parameters: ClassVar[tuple[str, ...]] = ()
+    # The positive parameters that are shapes (concentrations), and the largest value the
+    # default procedure's rules give them (grepvi.optim.natural_gradient.cap_shapes).
+    shape_parameters: ClassVar[tuple[str, ...]] = ()
+    max_shape: ClassVar[float] = 1e8
 
     def fisher_solve(self, params: Params, grad: Params) -> tuple[Params, jax.Array]:
         """``(F^{-1} g, g^T F^{-1} g)``: the natural gradient and its squared length per element.

@@ -140,6 +140,8 @@ class Beta(Family):
     # psi_1(a+b)]], the Hessian of log B(a, b); scaled by the softplus derivatives.
     has_fisher = True
     positive_parameters = ("concentration1", "concentration0")
+    shape_parameters = ("concentration1", "concentration0")
+    max_shape = 1e6  # psi_1(a) - psi_1(a + b) of the Fisher information cancels to 0 near 3e6
 
     def _fisher_block(self, params):
         a, b = self._ab(params)

@@ -100,6 +100,8 @@ class Dirichlet(Family):
     # Sherman-Morrison; in v = softplus^{-1}(alpha): S F S with S = diag(sigmoid(v)).
     has_fisher = True
     positive_parameters = ("concentration",)
+    shape_parameters = ("concentration",)
+    max_shape = 1e6  # its Fisher information's trigamma differences cancel near 8e6
 
     def fisher_solve(self, params, grad):
         v = params["concentration"]

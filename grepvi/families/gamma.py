@@ -167,6 +167,7 @@ class Gamma(Family):
     # the factor sigmoid(v)^2.
     has_fisher = True
     positive_parameters = ("concentration", "mean")
+    shape_parameters = ("concentration",)
 
     def _fisher_diagonal(self, params):
         a = self._concentration(params)

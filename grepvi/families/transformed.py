@@ -103,6 +103,14 @@ class Affine(Family):
     def positive_parameters(self):
         return self.base.positive_parameters
 
+    @property
+    def shape_parameters(self):
+        return self.base.shape_parameters
+
+    @property
+    def max_shape(self):
+        return self.base.max_shape
+
     def _loc(self, dtype):
         return jnp.asarray(self.loc, dtype)
 
