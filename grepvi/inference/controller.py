@@ -69,7 +69,7 @@ __all__ = [
 TRIAL, APPROACH, AVERAGE, FIXED = 0, 1, 2, 3
 PHASES = ("trial", "approach", "average", "fixed")
 REASONS = ("", "converged", "max_steps", "time_budget", "interrupted", "fixed_schedule")
-TRIAL_FRACTION = 0.2  # of a time budget, at most, for the trial
+TRIAL_FRACTION = 0.2  # of a time budget left after compilation, at most, for the trial
 MIN_TRIAL_STEPS = 20  # per candidate; where fewer fit, the fallback candidate runs alone
 STALL_STEPS = 50  # skipped steps in a row that stop a fixed schedule with NumericalError
 STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
@@ -610,7 +610,7 @@ def _trial_note(state: ControllerState, labels, kept: str) -> str:
     if bool(state.skipped_trial):
         return (
             f"{kept}: no trial (fewer than {MIN_TRIAL_STEPS} steps per rule fit the trial's "
-            f"{TRIAL_FRACTION:.0%} of the time budget); kept the fallback rule"
+            f"{TRIAL_FRACTION:.0%} of the time budget left after compilation); kept the fallback rule"
         )
     if int(state.trial_steps) <= 0:
         return f"{kept}: trial not run"

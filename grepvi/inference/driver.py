@@ -337,13 +337,15 @@ def _cap_reached(state, max_steps, time_budget, elapsed, observers) -> str | Non
 
 def _size_trial(state, loop, plan, time_budget, max_steps, elapsed, per_step):
     """After the probe: as many trial steps per candidate as fit ``TRIAL_FRACTION`` of the
-    budget (and the cap), at most ``trial_windows`` windows."""
+    budget left after compilation (and the cap), at most ``trial_windows`` windows. (Of the
+    whole budget, a compilation longer than that share skipped the trial: the Olivetti DEF on
+    a GPU compiles in 22 s, and ``time_budget=100`` ran the fallback rule untried.)"""
     steps = plan.settings.trial_windows * plan.window
     count = len(plan.candidates)
     if max_steps is not None:
         steps = min(steps, max_steps // (2 * count))
     if time_budget is not None:
-        room = controller.TRIAL_FRACTION * time_budget - elapsed
+        room = controller.TRIAL_FRACTION * (time_budget - elapsed)
         steps = min(steps, math.floor((room + PROBE_STEPS * per_step) / (per_step * count)))
     fallback = plan.candidates[plan.fallback]
     return controller.size_trial(
