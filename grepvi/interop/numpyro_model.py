@@ -43,7 +43,7 @@ Example::
 """
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -514,16 +514,16 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     with warnings.catch_warnings():  # prior draws of shape-0.1 gammas round to 0: out of support
         warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
-        first = _sample_sites(trace_model({}, data, 0))
-        second = _sample_sites(trace_model({}, data, 1))
-        batch_shapes = {name: tuple(jnp.shape(_site_log_prob(site))) for name, site in first.items()}
+        (first_trace, first_log_probs), (second_trace, _) = concrete_traces(trace_model, data, (0, 1))
+    first, second = _sample_sites(first_trace), _sample_sites(second_trace)
+    batch_shapes = {name: tuple(jnp.shape(first_log_probs[name])) for name in first}
     for name in sorted(set(first) ^ set(second)):
         raise ModelError(f"site {name!r} appears in one trace of the model and not in another")
     for name, site in first.items():
         if jnp.shape(site["value"]) != jnp.shape(second[name]["value"]):
             raise ModelError(f"site {name!r} changes its shape between traces of the model")
         if not site["is_observed"]:
-            _check_fixed_support(name, site["fn"].support, second[name]["fn"].support)
+            _check_fixed_support(name, site["support"], second[name]["support"])
 
     sites, axis_sizes = {}, {}
     for name, site in first.items():
@@ -554,7 +554,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             axis_sizes[axis] = shape[len(batch_shape) + j]
             axes.append(axis)
         frames = tuple((frame.name, int(frame.size), int(frame.dim)) for frame in site["cond_indep_stack"])
-        sites[name] = SiteInfo(name, observed, tuple(axes), shape, event_ndim, site["fn"].support, frames)
+        sites[name] = SiteInfo(name, observed, tuple(axes), shape, event_ndim, site["support"], frames)
 
     latent_sites = {name: info for name, info in sites.items() if not info.observed}
     unknown = sorted(set(families) - set(latent_sites))
@@ -611,8 +611,87 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         sites=sites,
         logdensity_fn=lambda latents, data: joint.logdensity_fn(to_inputs(latents), data),
         local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
-        subsampled=_subsampled_plates(trace_model, data),
+        subsampled=_subsampled_plates(first_trace, data),
     )
+
+
+# A program run once: compiled for compile time (LLVM -O0, the older loop emitters), which
+# halves the 1.4-1.6 s that XLA's defaults take on a beta-binomial hierarchy's trace.
+ONCE_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
+
+
+def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[tuple[dict, dict]]:
+    """The model's traces at uniform draws (``trace_model({}, data, seed)`` per seed) with
+    concrete values, and each sample site's ``log_prob`` over its batch shape.
+
+    Each sample site gets a ``"support"`` entry: its distribution's support with concrete
+    bounds. The model is traced once, under ``jax.jit`` with the seed an argument (one
+    compilation for every seed): run eagerly, every primitive of the model compiles on its
+    own (51 programs, 1.4 s, for a 10-site hierarchy before a fit starts; 101 for rat
+    tumours). The static parts (plates, names, the distributions' types) come from the
+    staged run; the values, log densities and the supports' bounds are the compiled
+    program's outputs (its ``site["fn"]`` holds traced parameters: read its type, not its
+    arrays). A model whose trace cannot be staged (a value-dependent Python branch, a
+    support that is not a pytree) is traced eagerly, as before.
+    """
+
+    def staged_program(staged):
+        def arrays(data, rng_key):
+            trace = trace_model({}, data, rng_key)
+            sites = _sample_sites(trace)
+            supports = {name: jax.tree_util.tree_flatten(site["fn"].support) for name, site in sites.items()}
+            staged.update(trace=trace, treedefs={name: tree for name, (_, tree) in supports.items()})
+            return {
+                name: (site["value"], _site_log_prob(site), supports[name][0]) for name, site in sites.items()
+            }
+
+        return arrays
+
+    options = ONCE_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+    staged = {}
+    program = jax.jit(staged_program(staged), compiler_options=options)
+    results = []
+    for index, seed in enumerate(seeds):
+        key = jax.random.PRNGKey(seed)
+        try:
+            if index:  # the model traced again (a model whose sites change shows it), not compiled
+                again = {}
+                jax.eval_shape(staged_program(again), data, key)
+                if _structure(again["trace"]) != _structure(staged["trace"]):
+                    raise _Restructured
+            concrete = program(data, key)
+        except Exception:  # noqa: BLE001 - any failure to stage: the eager trace
+            results.append(_eager_trace(trace_model, data, seed))
+            continue
+        trace, log_probs = {}, {}
+        for name, site in staged["trace"].items():
+            site = dict(site)
+            if name in concrete:
+                value, log_prob, bounds = concrete[name]
+                support = jax.tree_util.tree_unflatten(staged["treedefs"][name], bounds)
+                # the mask and scale (traced values) are applied in ``log_probs`` alone
+                site.update(value=value, support=support, mask=None, scale=None)
+                log_probs[name] = log_prob
+            trace[name] = site
+        results.append((trace, log_probs))
+    return results
+
+
+class _Restructured(Exception):
+    """A second trace of the model has other sites or shapes than the first."""
+
+
+def _structure(trace) -> tuple:
+    return tuple((name, site["type"], tuple(jnp.shape(site.get("value")))) for name, site in trace.items())
+
+
+def _eager_trace(trace_model, data, seed):
+    trace = trace_model({}, data, seed)
+    log_probs = {}
+    for name, site in _sample_sites(trace).items():
+        site["support"] = site["fn"].support
+        log_probs[name] = _site_log_prob(site)
+    return trace, log_probs
 
 
 def _base_name(fn) -> str:
@@ -649,11 +728,9 @@ def _check_fixed_support(name, first, second):
         )
 
 
-def _subsampled_plates(trace_model, data) -> dict:
-    """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
-        trace = trace_model({}, data, 0)
+def _subsampled_plates(trace, data) -> dict:
+    """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`) in a
+    trace of the model."""
     out = {}
     for name, site in trace.items():
         if site["type"] != "plate":
