@@ -16,6 +16,7 @@ import optax
 from grepvi.errors import ModelError
 from grepvi.estimators.base import Estimator
 from grepvi.families.base import Family
+from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.target import Target, bind_data, inputs_at_means
 from grepvi.validation import floating_scalar
 
@@ -82,10 +83,9 @@ def make_target(
 def check_target(target: Target, params: dict, data=None) -> None:
     """Evaluates the model once at the families' means; raises a clear ModelError if not fit."""
     target = bind_data(target, data)
-    point = inputs_at_means(params, target.families, target.log_space)
     shapes = {name: family.shape for name, family in target.families.items()}
     try:
-        value = target.logdensity_fn(point)
+        value, local = _evaluate_once(target, params)
     except (TypeError, ValueError, IndexError, KeyError) as error:
         raise ModelError(
             f"logdensity_fn failed on latents of shapes {shapes}: {type(error).__name__}: {error}. "
@@ -98,7 +98,6 @@ def check_target(target: Target, params: dict, data=None) -> None:
         )
     floating_scalar(value, "logdensity_fn")  # None, an int, an integer dtype: refused
     if target.local_logdensity_fn is not None:
-        local = target.local_logdensity_fn(point)
         for name, family in target.families.items():
             if name not in local:
                 raise ModelError(f"local_logdensity_fn returned no entry for latent {name!r}")
@@ -118,6 +117,31 @@ def check_target(target: Target, params: dict, data=None) -> None:
             "the model must be finite there. Check the support of each latent "
             f"({ {n: f.support for n, f in target.families.items()} }) and the data."
         )
+
+
+_TRACER_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerIntegerConversionError,
+)
+
+
+def _evaluate_once(target: Target, params: dict):
+    """``(log p, local log joints or None)`` at the families' means: one compiled program (run
+    eagerly, each primitive of the model compiles on its own: ~30 programs, 0.6 s, for a
+    NumPyro hierarchy), eagerly where the model cannot be traced (Python control flow on
+    values)."""
+
+    def evaluate(params):
+        point = inputs_at_means(params, target.families, target.log_space)
+        local = None if target.local_logdensity_fn is None else target.local_logdensity_fn(point)
+        return target.logdensity_fn(point), local
+
+    try:
+        return jax.jit(evaluate, compiler_options=once_compiler_options())(params)
+    except _TRACER_ERRORS:
+        return evaluate(params)
 
 
 def initial_params(rng_key, families: dict[str, Family], init_params: dict | None = None) -> dict:
@@ -147,7 +171,17 @@ def keep_if(ok, new, old):
 
 
 def init(rng_key, target: Target, optimizer, init_params: dict | None = None) -> VIState:
-    """Initial state: parameters from each family (or ``init_params``) and optimizer state."""
+    """Initial state: parameters from each family (or ``init_params``) and optimizer state
+    (one compiled program: eagerly, ~20 small programs compile one by one)."""
+    if init_params is not None:
+        init_params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    program = jax.jit(
+        lambda key, given: _init(key, target, optimizer, given), compiler_options=once_compiler_options()
+    )
+    return program(rng_key, init_params)
+
+
+def _init(rng_key, target: Target, optimizer, init_params: dict | None = None) -> VIState:
     init_key, run_key = jax.random.split(rng_key)
     params = initial_params(init_key, target.families, init_params)
     return VIState(

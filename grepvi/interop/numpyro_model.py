@@ -54,6 +54,7 @@ from grepvi.errors import ModelError
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
 from grepvi.families.base import Family, from_log_space, to_log_space
 from grepvi.families.transformed import Affine, TransformedNormal
+from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
 
@@ -615,11 +616,6 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     )
 
 
-# A program run once: compiled for compile time (LLVM -O0, the older loop emitters), which
-# halves the 1.4-1.6 s that XLA's defaults take on a beta-binomial hierarchy's trace.
-ONCE_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
-
-
 def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[tuple[dict, dict]]:
     """The model's traces at uniform draws (``trace_model({}, data, seed)`` per seed) with
     concrete values, and each sample site's ``log_prob`` over its batch shape.
@@ -647,9 +643,8 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
 
         return arrays
 
-    options = ONCE_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
     staged = {}
-    program = jax.jit(staged_program(staged), compiler_options=options)
+    program = jax.jit(staged_program(staged), compiler_options=once_compiler_options())
     results = []
     for index, seed in enumerate(seeds):
         key = jax.random.PRNGKey(seed)
