@@ -757,6 +757,7 @@ def _subsampled_plates(model, args, kwargs, data) -> dict:
     _, handlers = numpyro_modules()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
+        warnings.filterwarnings("ignore", "subsample_size does not match", UserWarning)  # refused below
         substituted = handlers.substitute(handlers.seed(model, rng_seed=0), substitute_fn=_uniform_or_prior)
         trace = handlers.trace(substituted).get_trace(*args, **kwargs)
     out = {}
