@@ -599,7 +599,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     numpyro, handlers = numpyro_modules()
     data, rebuild = split_arguments(args, kwargs)
     families = dict(families or {})
-    subsampled = _subsampled_plates(model, args, kwargs, data)
+    subsampled, early_sites = _subsampled_plates(model, args, kwargs, data)
     if subsampled:  # the plates' indices become data (all rows here; a batch per minibatch step)
         model, data, rebuild = _indexed_model(model, data, rebuild, subsampled)
 
@@ -616,7 +616,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         first = _sample_sites(trace_model({}, data, 0))
         second = _sample_sites(trace_model({}, data, 1))
         batch_shapes = {name: tuple(jnp.shape(_site_log_prob(site))) for name, site in first.items()}
-    for name in sorted(set(first) ^ set(second)):
+    for name in sorted((set(first) ^ set(second)) | (set(first) ^ early_sites)):
         raise ModelError(f"site {name!r} appears in one trace of the model and not in another")
     for name, site in first.items():
         if jnp.shape(site["value"]) != jnp.shape(second[name]["value"]):
@@ -751,9 +751,10 @@ def _check_fixed_support(name, first, second):
         )
 
 
-def _subsampled_plates(model, args, kwargs, data) -> dict:
+def _subsampled_plates(model, args, kwargs, data) -> tuple[dict, set]:
     """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`), from one
-    trace of the model as the user wrote it (NumPyro draws the rows)."""
+    trace of the model as the user wrote it (NumPyro draws the rows), and the names of that
+    trace's sample sites."""
     _, handlers = numpyro_modules()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
@@ -778,7 +779,7 @@ def _subsampled_plates(model, args, kwargs, data) -> dict:
             tuple(i for i, length in enumerate(jnp.shape(leaf)) if length == int(size)) for leaf in data
         )
         out[name] = SubsampledPlate(name, int(size), int(subsample_size), dim, axes)
-    return out
+    return out, set(_sample_sites(trace))
 
 
 PLATE_INDICES = "grepvi_plate_indices"
