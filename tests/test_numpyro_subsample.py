@@ -91,7 +91,7 @@ def test_the_average_batch_gradient_is_the_full_data_gradient(name):
     @jax.jit
     @jax.vmap
     def batch_gradient(key):
-        indices = jax.random.choice(key, N, (B,), replace=False)
+        indices = minibatch.draw_rows(key, N, B)
         batch = minibatch.batch_data(problem, adapted.data, indices)
         target = bind_data(minibatch.batch_target(problem), batch)
         batch_eps = {n: e[indices] if n in problem.local_latent_names else e for n, e in eps.items()}

@@ -58,6 +58,7 @@ __all__ = [
     "minibatch_problem",
     "batch_target",
     "batch_data",
+    "draw_rows",
     "batch_params",
     "init",
     "step",
@@ -167,6 +168,17 @@ def minibatch_problem(model, batch_size: int, families: dict | None = None) -> M
         data=model.data,
         log_space=bool(getattr(model, "log_space", False)),
     )
+
+
+def draw_rows(key, num_rows: int, batch_size: int) -> jax.Array:
+    """``batch_size`` distinct rows of ``num_rows``, a uniformly random subset: the rows of the
+    ``batch_size`` largest of ``num_rows`` random 24-bit keys (``lax.top_k``; a tie at the
+    boundary, probability about ``num_rows / 2**24`` per draw, goes to the lower row).
+
+    ``jax.random.choice(..., replace=False)`` permutes all rows: 44 ms per draw at 100,000
+    rows on a CPU, against 2 ms here."""
+    keys = (jax.random.bits(key, (num_rows,), jnp.uint32) >> 8).astype(jnp.float32)  # exact integers
+    return jax.lax.top_k(keys, batch_size)[1]
 
 
 def batch_data(problem: MinibatchProblem, data: dict, indices) -> dict:
@@ -300,7 +312,7 @@ def step(
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
     if indices is None:
-        indices = jax.random.choice(key_batch, problem.num_observations, (problem.batch_size,), replace=False)
+        indices = draw_rows(key_batch, problem.num_observations, problem.batch_size)
     data = problem.data if data is None else data
     target = bind_data(batch_target(problem), batch_data(problem, data, indices))
     params = batch_params(problem, state.params, indices)

@@ -174,6 +174,8 @@ class NumPyroModel(NamedTuple):
         gives them): with every row of each subsampled plate (``rng_key`` ``None``), or a random
         batch of ``subsample_size`` rows of each (without replacement). ``data`` itself where
         the model has no subsampled plate."""
+        from grepvi.inference.minibatch import draw_rows
+
         if not self.subsampled:
             return tuple(data)
         plates = sorted(self.subsampled.values())
@@ -181,7 +183,7 @@ class NumPyroModel(NamedTuple):
         indices = {
             plate.name: jnp.arange(plate.size)
             if key is None
-            else jax.random.choice(key, plate.size, (plate.subsample_size,), replace=False)
+            else draw_rows(key, plate.size, plate.subsample_size)
             for plate, key in zip(plates, keys, strict=True)
         }
         return tuple(data) + (indices,)
