@@ -698,7 +698,12 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         [factor(name, info) for name, info in sites.items()],
         latent_axes={name: info.axes for name, info in latent_sites.items()},
         axis_sizes=axis_sizes,
-        event_ndims={name: info.event_ndim for name, info in latent_sites.items()},
+        # a family whose elements are independent along the site's event axes (a Normal of a
+        # to_event(1) site) has one local log joint per element
+        event_ndims={
+            name: min(info.event_ndim, len(chosen[name].shape) - len(chosen[name].batch_shape))
+            for name, info in latent_sites.items()
+        },
         data_example=data,
     )
 
