@@ -26,6 +26,11 @@ comes from the exact log-space draw where its distribution has a closed form the
 The model's array arguments are the data (an argument of every compiled program, as for
 grepvi's own models); its other arguments (sizes, flags) are fixed when it is built.
 
+A plate with ``subsample_size`` (the model indexing its data with the plate's indices) is
+minibatch VI: its indices are data too (``data[-1]``, every row by default), and ``fit()``
+substitutes a fresh random batch for them in every compiled step
+(:meth:`NumPyroModel.minibatch_problem`, :mod:`grepvi.inference.minibatch`).
+
 Example::
 
     >>> import jax.numpy as jnp, numpyro, numpyro.distributions as dist, grepvi
