@@ -209,7 +209,7 @@ def test_bad_subsampling_is_refused():
 def test_grep_elbo_of_a_subsampled_plate_is_unbiased_for_the_full_data_loss():
     """Under NumPyro's SVI with GrepELBO, a subsampled plate gets a random batch of rows per
     call (from its key): the mean loss over many keys is the full-data model's mean loss within
-    5 Monte Carlo standard errors (0.3 nats here; a fixed batch of 40 of these Poisson(3)
+    5 Monte Carlo standard errors (0.45 nats here; a fixed batch of 40 of these Poisson(3)
     counts would be off by about 10 x sqrt(120) x |E log rate|, tens of nats)."""
     from grepvi.interop.numpyro_svi import SEPARATOR, GrepELBO, GrepGuide
 
@@ -219,7 +219,7 @@ def test_grep_elbo_of_a_subsampled_plate_is_unbiased_for_the_full_data_loss():
             numpyro.sample("y", dist.Poisson(rate), obs=y)
 
     y = _counts()
-    keys = jax.random.split(jax.random.key(0), 4000)
+    keys = jax.random.split(jax.random.key(0), 2000)
     means = []
     for model in (gamma_poisson, full_data):
         guide = GrepGuide(model)
