@@ -33,7 +33,9 @@ PUMP_TIMES = np.array([94.3, 15.7, 62.9, 126.0, 5.24, 31.4, 1.05, 1.05, 2.1, 10.
 SCHOOL_EFFECTS = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], np.float32)
 SCHOOL_SES = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], np.float32)
 
-# BDA3 Table 5.1 (the 71st experiment is the current one, 4 of 14).
+# BDA3 Table 5.1 (the 71st experiment is the current one, 4 of 14); the same arrays as the zoo's
+# (grepvi/interop/numpyro_zoo.py, checked against github.com/avehtari/BDA_py_demos
+# demos_ch5/demo5_1.py and pymc-devs/pymc-examples' GLM-hierarchical-binomial-model).
 RAT_TUMORS = np.array(
     [0] * 14
     + [1] * 8

@@ -101,3 +101,20 @@ def test_step_updates_only_the_batch_rows():
 def test_bad_batch_size():
     with pytest.raises(ConfigError, match="batch_size"):
         minibatch_problem(_models()["beta_gamma_mf"], 6)
+
+
+def test_draw_rows_is_a_uniform_subset_without_replacement():
+    from grepvi.inference.minibatch import draw_rows
+
+    num_rows, batch_size, draws = 12, 5, 20_000
+    rows = np.asarray(
+        jax.jit(jax.vmap(lambda k: draw_rows(k, num_rows, batch_size)))(
+            jax.random.split(jax.random.key(0), draws)
+        )
+    )
+    assert all(len(set(row)) == batch_size for row in rows.tolist())
+    assert rows.min() >= 0 and rows.max() < num_rows
+    counts = np.bincount(rows.ravel(), minlength=num_rows)
+    p = batch_size / num_rows  # each row's inclusion probability
+    se = np.sqrt(draws * p * (1 - p))
+    assert np.all(np.abs(counts - draws * p) < 5 * se), counts

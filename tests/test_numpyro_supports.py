@@ -481,8 +481,9 @@ def test_subsampled_plates_are_recorded():
     plate = adapted.subsampled["n"]
     assert (plate.size, plate.subsample_size, plate.data_axes) == (20, 5, ((0,),))
     assert from_numpyro(_every_support_model).batch_size is None
-    with pytest.raises(ModelError, match="plate.*n.*subsample_size"):  # the same rows every step: refused
-        adapted.fit(progress=False)
+    assert adapted.data[-1]["n"].shape == (20,)  # the plate's indices are data: every row
+    # minibatch VI now (fitted in tests/test_numpyro_subsample.py): the old refusal is gone
+    assert adapted.minibatch_problem(adapted.batch_size).scale == 4.0
 
 
 # --- GrepGuide under NumPyro's ELBOs and Predictive, with plates ----------------------------------

@@ -58,6 +58,7 @@ __all__ = [
     "minibatch_problem",
     "batch_target",
     "batch_data",
+    "draw_rows",
     "batch_params",
     "init",
     "step",
@@ -79,6 +80,9 @@ class MinibatchProblem(NamedTuple):
       num_observations, batch_size: ``N`` and ``B``.
       data: the model's full data pytree (pass it to :func:`step`).
       log_space: the factors take the latents in log space (``Model.log_space``).
+      axis: the name of the observation axis (``"n"``; a NumPyro model's subsampled plate).
+      gather_fn: ``(data, indices) -> batch data``, where the rows are not gathered by
+        ``data_axes`` (a NumPyro model indexes its data itself with its plate's indices).
     """
 
     factor_values_fn: Callable[[dict, dict], dict]
@@ -93,6 +97,8 @@ class MinibatchProblem(NamedTuple):
     batch_size: int
     data: Any = None
     log_space: bool = False
+    axis: str = OBSERVATION_AXIS
+    gather_fn: Callable | None = None
 
     @property
     def scale(self) -> float:
@@ -117,10 +123,15 @@ class MinibatchInfo(NamedTuple):
 def minibatch_problem(model, batch_size: int, families: dict | None = None) -> MinibatchProblem:
     """The :class:`MinibatchProblem` of a :class:`~grepvi.models.Model` for batches of ``B`` rows.
 
+    A model with its own ``minibatch_problem(batch_size, families)`` method (a NumPyro model
+    with a subsampled plate, :class:`~grepvi.interop.numpyro_model.NumPyroModel`) builds it.
+
     Raises:
       ConfigError: ``batch_size`` not in ``1..N``.
       ModelError: a local latent or a data array whose observation axis is not its first.
     """
+    if hasattr(model, "minibatch_problem"):
+        return model.minibatch_problem(batch_size, families)
     num_observations = model.num_observations
     if (
         isinstance(batch_size, bool)
@@ -159,10 +170,24 @@ def minibatch_problem(model, batch_size: int, families: dict | None = None) -> M
     )
 
 
+def draw_rows(key, num_rows: int, batch_size: int) -> jax.Array:
+    """``batch_size`` distinct rows of ``num_rows``, a uniformly random subset: the rows of the
+    ``batch_size`` largest of ``num_rows`` random 24-bit keys (``lax.top_k``; a tie at the
+    boundary, probability about ``num_rows / 2**24`` per draw, goes to the lower row).
+
+    ``jax.random.choice(..., replace=False)`` permutes all rows: 44 ms per draw at 100,000
+    rows on a CPU, against 2 ms here."""
+    keys = (jax.random.bits(key, (num_rows,), jnp.uint32) >> 8).astype(jnp.float32)  # exact integers
+    return jax.lax.top_k(keys, batch_size)[1]
+
+
 def batch_data(problem: MinibatchProblem, data: dict, indices) -> dict:
-    """Rows ``indices`` of every data array whose first axis is ``n``; the others as they are."""
+    """Rows ``indices`` of every data array whose first axis is ``n``; the others as they are
+    (``problem.gather_fn(data, indices)`` where the problem has one)."""
+    if problem.gather_fn is not None:
+        return problem.gather_fn(data, indices)
     return {
-        name: value[indices] if problem.data_axes.get(name, ())[:1] == (OBSERVATION_AXIS,) else value
+        name: value[indices] if problem.data_axes.get(name, ())[:1] == (problem.axis,) else value
         for name, value in data.items()
     }
 
@@ -216,7 +241,7 @@ def batch_target(problem: MinibatchProblem, indices=None, families: dict | None 
     def scaled_factors(latents, data):
         values = problem.factor_values_fn(latents, data)
         return {
-            name: value * scale if OBSERVATION_AXIS in problem.factor_axes[name] else value
+            name: value * scale if problem.axis in problem.factor_axes[name] else value
             for name, value in values.items()
         }
 
@@ -287,7 +312,7 @@ def step(
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
     if indices is None:
-        indices = jax.random.choice(key_batch, problem.num_observations, (problem.batch_size,), replace=False)
+        indices = draw_rows(key_batch, problem.num_observations, problem.batch_size)
     data = problem.data if data is None else data
     target = bind_data(batch_target(problem), batch_data(problem, data, indices))
     params = batch_params(problem, state.params, indices)

@@ -26,6 +26,11 @@ comes from the exact log-space draw where its distribution has a closed form the
 The model's array arguments are the data (an argument of every compiled program, as for
 grepvi's own models); its other arguments (sizes, flags) are fixed when it is built.
 
+A plate with ``subsample_size`` (the model indexing its data with the plate's indices) is
+minibatch VI: its indices are data too (``data[-1]``, every row by default), and ``fit()``
+substitutes a fresh random batch for them in every compiled step
+(:meth:`NumPyroModel.minibatch_problem`, :mod:`grepvi.inference.minibatch`).
+
 Example::
 
     >>> import jax.numpy as jnp, numpyro, numpyro.distributions as dist, grepvi
@@ -120,9 +125,11 @@ class NumPyroModel(NamedTuple):
         simplex sites, ``logit z`` for unit-interval ones, ``z`` otherwise), as ``target()``
         and ``fit()`` hand them.
       subsampled: the plates with ``subsample_size`` (:class:`SubsampledPlate`), by name.
-        NumPyro scales their sites by ``size / subsample_size``; the factors trace the model
-        with a fixed seed, so today every evaluation sees the *same* rows (not yet minibatch
-        VI): grepvi's minibatch driver is to draw and gather the rows (``batch_size``) itself.
+        Their indices are data: ``data`` ends with ``{plate: indices}`` (``arange(size)``,
+        every row: ``joint``'s functions are the full-data log joint); given ``B`` indices the
+        model sees those rows, scaled by ``size / B`` as NumPyro does
+        (:meth:`with_plate_indices`). ``fit()`` runs minibatch VI: each step draws a fresh
+        batch of ``subsample_size`` rows (:meth:`minibatch_problem`).
     """
 
     joint: LogJoint
@@ -168,18 +175,114 @@ class NumPyroModel(NamedTuple):
         self.check_spaces(families)
         return self.joint.target(families, use_local)
 
+    def with_plate_indices(self, data, rng_key=None):
+        """The model's ``data`` for its arguments' arrays ``data`` (as :func:`split_arguments`
+        gives them): with every row of each subsampled plate (``rng_key`` ``None``), or a random
+        batch of ``subsample_size`` rows of each (without replacement). ``data`` itself where
+        the model has no subsampled plate."""
+        from grepvi.inference.minibatch import draw_rows
+
+        if not self.subsampled:
+            return tuple(data)
+        plates = sorted(self.subsampled.values())
+        keys = [None] * len(plates) if rng_key is None else jax.random.split(rng_key, len(plates))
+        indices = {
+            plate.name: jnp.arange(plate.size)
+            if key is None
+            else draw_rows(key, plate.size, plate.subsample_size)
+            for plate, key in zip(plates, keys, strict=True)
+        }
+        return tuple(data) + (indices,)
+
+    def minibatch_problem(self, batch_size: int, families: dict | None = None):
+        """The :class:`~grepvi.inference.minibatch.MinibatchProblem` of the subsampled plate:
+        each step substitutes ``batch_size`` random rows (drawn inside the compiled step from the
+        run's key) for the plate's indices; its sites' log densities are scaled by ``size /
+        batch_size`` (once: NumPyro's own scale is undone, the minibatch target applies its
+        own), and local latents inside the plate (the plate their first axis) are updated on
+        the batch's rows only (:mod:`grepvi.inference.minibatch`).
+
+        Raises:
+          ConfigError: no subsampled plate, or ``batch_size`` not in ``1..size``.
+          ModelError: more than one subsampled plate, or a latent site inside the plate whose
+            first axis is not the plate's (naming the site and the plate).
+        """
+        from grepvi.errors import ConfigError
+        from grepvi.inference.minibatch import MinibatchProblem
+
+        if not self.subsampled:
+            raise ConfigError(
+                "batch_size: minibatch VI of a NumPyro model needs a plate with subsample_size "
+                "(numpyro.plate(name, N, subsample_size=B), its data indexed with the plate's indices)"
+            )
+        if len(self.subsampled) > 1:
+            raise ModelError(
+                f"plates {sorted(self.subsampled)}: minibatch VI subsamples one plate; give "
+                "subsample_size to one of them"
+            )
+        (plate,) = self.subsampled.values()
+        size = plate.size
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or not 1 <= batch_size <= size:
+            raise ConfigError(
+                f"batch_size must be an integer in 1..{size} (the size of plate {plate.name!r}), "
+                f"got {batch_size!r}"
+            )
+        batch_size = int(batch_size)
+        families = dict(self.latents() if families is None else families)
+        joint = self.joint
+        local = tuple(sorted(n for n in families if plate.name in joint.latent_axes[n]))
+        for name in local:
+            if joint.latent_axes[name][0] != plate.name:
+                raise ModelError(
+                    f"latent site {name!r}: inside the subsampled plate {plate.name!r}, which must be its "
+                    f"first axis for minibatch VI (its axes {joint.latent_axes[name]}); give that plate "
+                    "the leftmost dim (an outer plate, or dim=-k)"
+                )
+        scaled = {name for name, info in self.sites.items() if plate.name in [p[0] for p in info.plates]}
+
+        def factor_values_fn(latents, data):
+            values = joint.factor_values_fn(latents, data)
+            # NumPyro scaled the plate's sites by size / rows; the minibatch target scales them.
+            unscale = jnp.shape(data[-1][plate.name])[0] / size
+            return {name: value * unscale if name in scaled else value for name, value in values.items()}
+
+        def gather_fn(data, indices):
+            return tuple(data[:-1]) + ({**data[-1], plate.name: indices},)
+
+        return MinibatchProblem(
+            factor_values_fn=factor_values_fn,
+            families=families,
+            local_latent_names=local,
+            global_latent_names=tuple(sorted(n for n in families if n not in local)),
+            factor_axes={factor.name: tuple(factor.axes) for factor in joint.factors},
+            dependencies=dict(joint.dependencies),
+            local_axes=dict(joint.local_axes),
+            data_axes={},
+            num_observations=size,
+            batch_size=batch_size,
+            data=self.data,
+            log_space=True,
+            axis=plate.name,
+            gather_fn=gather_fn,
+        )
+
     def fit(self, estimator="grep", **options):
-        """``grepvi.fit`` of this model (its data, local log joints and families), in log space."""
+        """``grepvi.fit`` of this model (its data, local log joints and families), in log space.
+
+        With a subsampled plate it is minibatch VI (``batch_size``: the plate's
+        ``subsample_size`` by default; ``batch_size=None`` fits every row)."""
         from grepvi.inference.fitting import fit
 
-        if self.subsampled:
-            names = ", ".join(sorted(self.subsampled))
-            raise ModelError(
-                f"plate(s) {names}: subsample_size is not supported by fit() yet (every step would see the "
-                "same rows, scaled: a biased fit); remove subsample_size from the model to fit all rows"
-            )
         families = options.pop("latents", None) or self.latents()
         self.check_spaces(families)
+        if "batch_size" in options:
+            batch_size = options.pop("batch_size")
+        elif self.subsampled:  # more than one plate: minibatch_problem names them
+            batch_size = min(plate.subsample_size for plate in self.subsampled.values())
+        else:
+            batch_size = None
+        if batch_size is not None:
+            return fit(self, families, estimator, batch_size=batch_size, **options)
         return fit(
             self.joint.logdensity_fn,
             families,
@@ -504,6 +607,9 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     numpyro, handlers = numpyro_modules()
     data, rebuild = split_arguments(args, kwargs)
     families = dict(families or {})
+    subsampled, early_sites = _subsampled_plates(model, args, kwargs, data)
+    if subsampled:  # the plates' indices become data (all rows here; a batch per minibatch step)
+        model, data, rebuild = _indexed_model(model, data, rebuild, subsampled)
 
     def trace_model(latents, data, seed=0):
         call_args, call_kwargs = rebuild(data)
@@ -518,7 +624,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         (first_trace, first_log_probs), (second_trace, _) = concrete_traces(trace_model, data, (0, 1))
     first, second = _sample_sites(first_trace), _sample_sites(second_trace)
     batch_shapes = {name: tuple(jnp.shape(first_log_probs[name])) for name in first}
-    for name in sorted(set(first) ^ set(second)):
+    for name in sorted((set(first) ^ set(second)) | (set(first) ^ early_sites)):
         raise ModelError(f"site {name!r} appears in one trace of the model and not in another")
     for name, site in first.items():
         if jnp.shape(site["value"]) != jnp.shape(second[name]["value"]):
@@ -557,6 +663,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         frames = tuple((frame.name, int(frame.size), int(frame.dim)) for frame in site["cond_indep_stack"])
         sites[name] = SiteInfo(name, observed, tuple(axes), shape, event_ndim, site["support"], frames)
 
+    _check_indexed(trace_model, data, subsampled, sites)
     latent_sites = {name: info for name, info in sites.items() if not info.observed}
     unknown = sorted(set(families) - set(latent_sites))
     if unknown:
@@ -568,6 +675,10 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     spaces = {name: _space(family.support) for name, family in chosen.items()}
     supports = {name: family.support for name, family in chosen.items()}
+
+    def batch_shape(info, data):  # a subsampled plate's axis has as many rows as its indices
+        axes = info.axes[: len(info.axes) - info.event_ndim]
+        return tuple(jnp.shape(data[-1][a])[0] if a in subsampled else axis_sizes[a] for a in axes)
 
     def factor(name, info):
         # The factors take the latents in log space (``log z``, ``logit z``, else ``z``): the
@@ -585,9 +696,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             if name in latents and spaces.get(name, "value") != "value":
                 own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
             value = _site_log_prob(site, own)
-            return jnp.broadcast_to(
-                value, tuple(axis_sizes[a] for a in info.axes[: len(info.axes) - info.event_ndim])
-            )
+            return jnp.broadcast_to(value, batch_shape(info, data))
 
         return Factor(name, info.axes[: len(info.axes) - info.event_ndim], fn)
 
@@ -595,7 +704,12 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         [factor(name, info) for name, info in sites.items()],
         latent_axes={name: info.axes for name, info in latent_sites.items()},
         axis_sizes=axis_sizes,
-        event_ndims={name: info.event_ndim for name, info in latent_sites.items()},
+        # a family whose elements are independent along the site's event axes (a Normal of a
+        # to_event(1) site) has one local log joint per element
+        event_ndims={
+            name: min(info.event_ndim, len(chosen[name].shape) - len(chosen[name].batch_shape))
+            for name, info in latent_sites.items()
+        },
         data_example=data,
     )
 
@@ -612,7 +726,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         sites=sites,
         logdensity_fn=lambda latents, data: joint.logdensity_fn(to_inputs(latents), data),
         local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
-        subsampled=_subsampled_plates(first_trace, data),
+        subsampled=subsampled,
     )
 
 
@@ -723,15 +837,37 @@ def _check_fixed_support(name, first, second):
         )
 
 
-def _subsampled_plates(trace, data) -> dict:
-    """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`) in a
-    trace of the model."""
+def _subsampled_plates(model, args, kwargs, data) -> tuple[dict, set]:
+    """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`), from one
+    trace of the model as the user wrote it (NumPyro draws the rows), and the names of that
+    trace's sample sites. The trace is abstract (``jax.eval_shape``: nothing compiles; its
+    plates' sizes and the sites' names are static), eager where the model cannot be traced."""
+    _, handlers = numpyro_modules()
+
+    def user_trace():
+        substituted = handlers.substitute(handlers.seed(model, rng_seed=0), substitute_fn=_uniform_or_prior)
+        return handlers.trace(substituted).get_trace(*args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
+        warnings.filterwarnings("ignore", "subsample_size does not match", UserWarning)  # refused below
+        captured = {}
+        try:
+            jax.eval_shape(lambda: captured.setdefault("trace", user_trace()) and None)
+            trace = captured["trace"]
+        except Exception:  # noqa: BLE001 - a model that cannot be traced abstractly
+            trace = user_trace()
     out = {}
     for name, site in trace.items():
         if site["type"] != "plate":
             continue
         size, subsample_size = site["args"][:2]
-        if subsample_size is None or int(subsample_size) >= int(size):
+        if subsample_size is not None and int(subsample_size) > int(size):
+            raise ModelError(
+                f"plate {name!r}: subsample_size {int(subsample_size)} is larger than its size {int(size)}; "
+                f"expected 1..{int(size)} (or no subsample_size, for every row)"
+            )
+        if subsample_size is None or int(subsample_size) == int(size):
             continue
         frame = site["cond_indep_stack"][-1] if site.get("cond_indep_stack") else None
         dim = int(frame.dim) if frame is not None and frame.dim is not None else -1
@@ -739,4 +875,51 @@ def _subsampled_plates(trace, data) -> dict:
             tuple(i for i, length in enumerate(jnp.shape(leaf)) if length == int(size)) for leaf in data
         )
         out[name] = SubsampledPlate(name, int(size), int(subsample_size), dim, axes)
-    return out
+    return out, set(_sample_sites(trace))
+
+
+PLATE_INDICES = "grepvi_plate_indices"
+
+
+def _check_indexed(trace_model, data, plates, sites) -> None:
+    """ModelError where an observed site inside a subsampled plate does not follow the plate's
+    indices (its data not indexed: every step would see all rows, scaled by ``size / B``)."""
+    if not plates:
+        return
+    batch = {name: jnp.arange(plate.subsample_size) for name, plate in plates.items()}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
+        trace = trace_model({}, tuple(data[:-1]) + (batch,), 0)
+    for name, info in sites.items():
+        for position, axis in enumerate(info.axes):
+            if not info.observed or axis not in plates:
+                continue
+            rows = jnp.shape(trace[name]["value"])[position : position + 1]
+            if rows != (plates[axis].subsample_size,):
+                raise ModelError(
+                    f"site {name!r} is inside the subsampled plate {axis!r} (size {plates[axis].size}, "
+                    f"subsample_size {plates[axis].subsample_size}) but observes all rows: index its data "
+                    f"with the plate's indices (`with numpyro.plate({axis!r}, N, subsample_size=B) as idx:` "
+                    f"... `obs=y[idx]`, or `numpyro.subsample(y, event_dim=0)`)"
+                )
+
+
+def _indexed_model(model, data, rebuild, plates):
+    """``(model, data, rebuild)`` with the subsampled plates' indices as an argument: the model
+    called with ``grepvi_plate_indices={plate: indices}`` (NumPyro's ``substitute`` on the plate
+    site: its sites see those rows, scaled by ``size / len(indices)``), and ``data`` ending
+    with ``{plate: arange(size)}`` (all rows, unscaled)."""
+    _, handlers = numpyro_modules()
+
+    def indexed(*args, **kwargs):
+        indices = kwargs.pop(PLATE_INDICES)
+        with warnings.catch_warnings():  # len(indices) is not the plate's subsample_size: intended
+            warnings.filterwarnings("ignore", "subsample_size does not match", UserWarning)
+            return handlers.substitute(model, data=indices)(*args, **kwargs)
+
+    def indexed_rebuild(values):
+        call_args, call_kwargs = rebuild(values[:-1])
+        return call_args, {**call_kwargs, PLATE_INDICES: values[-1]}
+
+    every_row = {name: jnp.arange(plate.size) for name, plate in plates.items()}
+    return indexed, tuple(data) + (every_row,), indexed_rebuild

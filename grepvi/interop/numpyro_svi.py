@@ -215,6 +215,9 @@ class GrepELBO:
             raise ModelError("GrepELBO: the guide must be a grepvi.interop.numpyro_svi.GrepGuide")
         adapted = guide.setup(*args, **kwargs)
         data, _ = split_arguments(args, kwargs)
+        if adapted.subsampled:  # a fresh batch of the plate's rows every step (NumPyro scales them)
+            rng_key, batch_key = jax.random.split(rng_key)
+            data = adapted.with_plate_indices(data, batch_key)
         target = bind_data(adapted.target(), data)
         params = guide.params(param_map)
         baseline = baseline_log_joints(params, target) if self.baseline else None
