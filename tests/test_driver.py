@@ -168,14 +168,17 @@ class _FakeWindow:
 
     length = 100
 
-    def __init__(self, clock, seconds_per_step, elbos):
+    def __init__(self, clock, seconds_per_step, elbos, first_run_seconds=0.0):
         self.clock, self.seconds, self.elbos, self.steps = clock, seconds_per_step, elbos, []
+        self.first_run = first_run_seconds
 
     def compile(self, state, data):
         return None
 
     def __call__(self, state, data, active):
         self.clock[0] += self.seconds * active
+        if active and not self.steps:  # the program's first run with a step
+            self.clock[0] += self.first_run
         if active:
             self.steps.append((int(state.rule), active))
         elbo = np.full(self.length, self.elbos[int(state.rule)])
@@ -189,7 +192,9 @@ class _FakeWindow:
         return new, new.params, out
 
 
-def _fake_run(time_budget, seconds_per_step=0.1, elbos=(-10.0, -5.0, -7.0, -9.0), max_steps=None):
+def _fake_run(
+    time_budget, seconds_per_step=0.1, elbos=(-10.0, -5.0, -7.0, -9.0), max_steps=None, first_run_seconds=0.0
+):
     clock = [0.0]
     candidates = [
         rules.Candidate(label, i, 0.1)
@@ -201,7 +206,7 @@ def _fake_run(time_budget, seconds_per_step=0.1, elbos=(-10.0, -5.0, -7.0, -9.0)
     plan = driver.Plan(settings, candidates, select, lambda p, d: 0.0, initial, 100, ("x",), fallback=1)
     steps = driver.trial_steps(settings, 100, 4, max_steps, time_budget)
     state = controller.init(initial, 4, 0.1, trial_steps=steps)
-    window = _FakeWindow(clock, seconds_per_step, elbos)
+    window = _FakeWindow(clock, seconds_per_step, elbos, first_run_seconds)
     final = driver.run(
         window,
         driver.RunState(initial, state, np.float64(0.0)),
@@ -228,14 +233,25 @@ def test_the_trial_fits_its_share_of_the_time_budget():
 
 
 def test_a_trial_with_too_few_steps_keeps_the_fallback_rule_and_says_so():
-    """Where fewer than MIN_TRIAL_STEPS steps per candidate fit, the trial stops after its probe
-    and keeps Adam 0.1, even where the probed candidate would score higher."""
+    """Where fewer than MIN_TRIAL_STEPS steps per candidate fit, the trial stops after its
+    probes (one step, then ten) and keeps Adam 0.1, even where the probed candidate would
+    score higher."""
     final, window, spent = _fake_run(20.0, elbos=(-1.0, -5.0, -7.0, -9.0))
-    assert window.steps[0] == (0, 1)  # the probe
-    assert {rule for rule, _ in window.steps[1:]} == {1}
+    assert window.steps[:2] == [(0, 1), (0, driver.SECOND_PROBE_STEPS)]  # the probes
+    assert {rule for rule, _ in window.steps[2:]} == {1}
     assert int(final.controller.candidate) == 1 and bool(final.controller.skipped_trial)
     record = controller.convergence(final.controller, [rules.Candidate(x, 0, 0.1) for x in "abcd"], None)
     assert "no trial" in record.trial_note
+
+
+def test_a_slow_first_step_does_not_cancel_the_trial():
+    """A small model's one-step probe took 25 ms against 0.6 ms a step after it (the program's
+    first run): ten more steps are timed, and the trial runs with the rate they show."""
+    final, window, spent = _fake_run(8.0, seconds_per_step=0.0006, first_run_seconds=0.025)
+    assert window.steps[:2] == [(0, 1), (0, driver.SECOND_PROBE_STEPS)]
+    tried = {rule for rule, _ in window.steps}
+    assert tried == {0, 1, 2, 3} and not bool(final.controller.skipped_trial)
+    assert int(final.controller.candidate) == 1
 
 
 def test_a_budget_shorter_than_compilation_still_takes_a_step():
