@@ -77,7 +77,8 @@ def _distance(model, short, long) -> float:
 
     entry = MODELS[model]
     families = from_numpyro(entry.model, *(jnp.asarray(a) for a in entry.args)).families
-    to = lambda tree: jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), tree)  # noqa: E731
+    is_list = lambda x: isinstance(x, list)  # noqa: E731 - the JSON's arrays
+    to = lambda tree: jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), tree, is_leaf=is_list)  # noqa: E731
     delta = jax.tree_util.tree_map(
         lambda a, b: np.asarray(a) - np.asarray(b),
         short["params"],

@@ -477,6 +477,10 @@ def _evaluate(config, dataset, model, estimator, families, params, directory) ->
             out["refit_final_elbo_note"] = "not computed: --refit-steps 0"
         else:
             out["refit_final_elbo"] = evaluation.best_final_elbo(loglik.refit_elbo)
+            out["refit_final_elbo_note"] = (
+                "the refit's objective E[log p(x*, z*, W)] + H[q(z*)] with W ~ q(W): it holds log p(W) "
+                "but not H[q(W)], so it is no bound on log p(x*) (and can be positive)"
+            )
     out["test_loglik_per_entry"] = loglik.as_dict()
     out["test_loglik_logmeanexp"] = loglik.logmeanexp
     out["eval_samples"] = config.eval_samples
