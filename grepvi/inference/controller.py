@@ -125,8 +125,10 @@ class Convergence(NamedTuple):
       num_iterations: iterations run (the trial's steps of every candidate included).
       num_stages: step-size stages begun.
       step_size: ``rho`` of the last stage.
-      accuracy: estimated Monte Carlo error of the returned average, in posterior standard
-        deviations (nan when no average was formed).
+      accuracy: estimated error of the returned average, in posterior standard deviations:
+        its Monte Carlo error, and for a run stopped before converging after a stage has
+        ended, the last change between stages (the current step's bias) with it (nan when
+        no average was formed).
       stage_change: difference between the last two stage averages, same units (nan if fewer).
       averaged_iterations: iterations in the returned average (0: the last iterate).
       restarts: times a falling ELBO restored the best state and halved ``rho``.
@@ -548,11 +550,15 @@ def finish(state: ControllerState, reason: str) -> ControllerState:
 
 def answer(state: ControllerState, loop_state, *, settings: AdaptiveSettings | None, distance=None):
     """The parameters to return: the current stage's average where one has begun and the run
-    did not converge (a converged run's state already holds its average), else the last
-    iterate."""
+    did not converge (a converged run's state already holds its average); between stages
+    (approaching the next one) the last stage's average; else the last iterate."""
     params = loop_state.params
-    if int(state.phase) == AVERAGE and int(state.batches) and not _converged(state):
+    if _converged(state):
+        return params
+    if int(state.phase) == AVERAGE and int(state.batches):
         params = _cast_like(state.mean, loop_state.params)
+    elif int(state.phase) == APPROACH and bool(state.has_previous):
+        params = _cast_like(state.previous, loop_state.params)
     return params
 
 
@@ -582,6 +588,11 @@ def convergence(
     elif int(state.phase) == AVERAGE and int(state.batches):
         averaged = int(state.batches) * batch
         accuracy = distance(state.mean, _standard_error(state)) if int(state.batches) > 1 else math.nan
+    if not _converged(state) and bool(state.has_previous) and math.isfinite(float(state.stage_change)):
+        # A stage's average is biased by its step; halving the step halves the bias, so the
+        # last change between stages is the current stage's bias: reported with the MCSE
+        # (rat tumours stopped at 30 s: MCSE 0.0072 sd, 0.0109 sd from the converged answer).
+        accuracy = math.hypot(accuracy if math.isfinite(accuracy) else 0.0, float(state.stage_change))
     labels = [c.label for c in candidates]
     scores = {
         label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)

@@ -127,6 +127,10 @@ _TRACER_ERRORS = (
 )
 
 
+def _traced(*trees) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(trees))
+
+
 def _evaluate_once(target: Target, params: dict):
     """``(log p, local log joints or None)`` at the families' means: one compiled program (run
     eagerly, each primitive of the model compiles on its own: ~30 programs, 0.6 s, for a
@@ -138,6 +142,8 @@ def _evaluate_once(target: Target, params: dict):
         local = None if target.local_logdensity_fn is None else target.local_logdensity_fn(point)
         return target.logdensity_fn(point), local
 
+    if _traced(params):
+        return evaluate(params)
     try:
         return jax.jit(evaluate, compiler_options=once_compiler_options())(params)
     except _TRACER_ERRORS:
@@ -175,6 +181,8 @@ def init(rng_key, target: Target, optimizer, init_params: dict | None = None) ->
     (one compiled program: eagerly, ~20 small programs compile one by one)."""
     if init_params is not None:
         init_params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    if _traced(rng_key, init_params):  # inside a caller's jit or vmap: part of its program
+        return _init(rng_key, target, optimizer, init_params)
     program = jax.jit(
         lambda key, given: _init(key, target, optimizer, given), compiler_options=once_compiler_options()
     )
