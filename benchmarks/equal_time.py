@@ -20,7 +20,7 @@ Contenders:
   next chunk run only while it fits in ``T`` (timed by the previous chunk).
 
 The score, after the clock: one estimator for every fitted ``q``, ``E_q[log p(x, z) - log
-q(z)]`` over ``--draws`` draws (default 80), computed in float64 and in log space: each draw
+q(z)]`` over ``--draws`` draws (default 200), computed in float64 and in log space: each draw
 is ``u = log z`` (``logit z`` for the MF's ``z``) straight from ``q`` (grepvi's gamma/beta in
 log space; AutoNormal's ``loc + scale eps``), ``log p`` is the built-in model's log-space joint
 at ``u`` and ``log q(z)`` the density of ``z`` (AutoNormal's normal density minus ``log |dz/du|``).
@@ -178,8 +178,8 @@ def _draws_autonormal(params, supports, key, draws):
 
 
 def shared_elbo(model_name, x, answer, draws, seed):
-    """``(mean, standard error)`` of ``log p(x, z) - log q(z)`` over ``draws`` draws of ``q``,
-    float64, log space (see the module docstring)."""
+    """``(mean, standard error, median)`` of ``log p(x, z) - log q(z)`` over ``draws`` draws of
+    ``q``, float64, log space (see the module docstring)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -199,7 +199,7 @@ def shared_elbo(model_name, x, answer, draws, seed):
         u, log_q = one(key)
         values.append(float(log_joint(u, data)) - float(log_q))
     values = np.asarray(values, np.float64)
-    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size)), float(np.median(values))
 
 
 def _worker(contender, model_name, budget, out, seed, draws, data_dir):
@@ -210,12 +210,13 @@ def _worker(contender, model_name, budget, out, seed, draws, data_dir):
         answer, record = run_svi(model_name, x, budget, seed)
     record.update(contender=contender, model=model_name, budget=budget)
     t0 = time.perf_counter()
-    record["elbo"], record["elbo_se"] = shared_elbo(model_name, x, answer, draws, seed + 1)
+    score = shared_elbo(model_name, x, answer, draws, seed + 1)
+    record["elbo"], record["elbo_se"], record["elbo_median"] = score
     record["score_seconds"] = time.perf_counter() - t0
     Path(out).write_text(json.dumps(record))
 
 
-def run_one(contender, model_name, budget, seed=0, draws=80, data_dir=None):
+def run_one(contender, model_name, budget, seed=0, draws=200, data_dir=None):
     """One contender in a fresh process with an empty compilation cache; its record."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "record.json"
@@ -265,7 +266,7 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--budgets", nargs="+", type=float, default=[30.0, 120.0, 600.0])
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    parser.add_argument("--draws", type=int, default=80, help="draws of q for the shared ELBO estimator")
+    parser.add_argument("--draws", type=int, default=200, help="draws of q for the shared ELBO estimator")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=os.environ.get("GREPVI_DATA_DIR"))
     parser.add_argument("--json", help="append every record (one JSON line each) to this file")
