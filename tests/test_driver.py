@@ -45,10 +45,18 @@ def test_a_default_fit_resumed_in_the_trial_the_approach_or_the_averaging_is_bit
     ``result.run_state``: the parameters, the trace and the convergence record are those of
     the uninterrupted run, bit for bit, and the trace's iterations continue."""
     model = gamma_poisson()
-    full = grepvi.fit(model.logdensity_fn, model.families, progress=False)
+    full_phases = []
+    full = grepvi.fit(
+        model.logdensity_fn,
+        model.families,
+        progress=False,
+        callback=lambda event: full_phases.append(event.phase),
+    )
     assert full.converged
+    # a window in each phase (the trial's length depends on which candidates stop early)
+    stops = [2] + [full_phases.index(phase) + 2 for phase in ("approach", "average")]
     seen = set()
-    for windows in (2, 13, 40):  # 4 candidates x 3 trial windows = 12: trial, approach, average
+    for windows in stops:
         phases = []
         part = grepvi.fit(
             model.logdensity_fn, model.families, progress=False, callback=_stop_after(windows, phases)
@@ -218,19 +226,44 @@ def _fake_run(
     return final, window, clock[0]
 
 
+def _trial_steps_per_rule(window):
+    per_rule = {}
+    for rule, active in window.steps:
+        per_rule.setdefault(rule, []).append(active)
+    return per_rule
+
+
 def test_the_trial_fits_its_share_of_the_time_budget():
-    """Four candidates at 0.1 s a step: each runs the same number of trial steps, as many as
+    """Four candidates at 0.1 s a step: the trial is sized to as many steps per candidate as
     fit 20% of the budget left after the probes (at most 3 windows of 100; the probes' 11
-    steps count as the first candidate's), and the best is kept."""
+    steps count as the first candidate's), and the best is kept. The first candidate runs
+    them all; the two after the leader trail it from their first window (of ``steps % 100``
+    or 100 steps) and stop there."""
     for budget, expected in ((250.0, 127), (1000.0, 300), (475.0, 239)):
         final, window, spent = _fake_run(budget)
-        per_rule = {}
-        for rule, active in window.steps:
-            per_rule.setdefault(rule, []).append(active)
-        trial = [sum(per_rule[r]) for r in (0, 2, 3)]  # the kept rule (1) goes on after the trial
-        assert all(abs(t - expected) <= 1 for t in trial), (budget, trial)
+        per_rule = _trial_steps_per_rule(window)
+        assert abs(sum(per_rule[0]) - expected) <= 1, (budget, per_rule[0])
+        first_window = per_rule[2][0]
+        assert first_window in (expected % 100 or 100, (expected + 1) % 100, (expected - 1) % 100)
+        assert per_rule[2] == per_rule[3] == [first_window], (budget, per_rule)
         assert int(final.controller.candidate) == 1  # adam-0.1 has the best ELBO
         assert spent <= budget + 0.1 + 1e-9
+
+
+def test_a_candidate_that_trails_the_leader_stops_early_and_the_note_says_so():
+    """Candidates behind the leader (by two standard errors) at the same number of steps stop
+    after that window; a candidate level with the leader runs the whole trial."""
+    labels = ("natural", "adam-0.1", "adam-1", "adam-0.01")
+    final, window, _ = _fake_run(1000.0)
+    per_rule = _trial_steps_per_rule(window)
+    assert sum(per_rule[0]) == 300 and per_rule[2] == per_rule[3] == [100]
+    record = controller.convergence(final.controller, [rules.Candidate(x, 0, 0.1) for x in labels], None)
+    assert record.direction == "adam-0.1"
+    assert "adam-1 after 100, adam-0.01 after 100" in record.trial_note, record.trial_note
+    final, window, _ = _fake_run(1000.0, elbos=(-10.0, -5.0, -5.0, -9.0))
+    per_rule = _trial_steps_per_rule(window)
+    assert sum(per_rule[2]) == 300 and per_rule[3] == [100]
+    assert int(final.controller.candidate) == 1  # level is not better: the earlier leader stays
 
 
 def test_a_trial_with_too_few_steps_keeps_the_fallback_rule_and_says_so():

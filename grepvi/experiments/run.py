@@ -190,6 +190,7 @@ def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
         directory.check_identity(checkpoint, identity)
 
     dataset = load_data(config)
+    started = time.perf_counter()  # a time budget counts the model, setup and compilation
     model = build_model(config, dataset.train)
     estimator = make_estimator(config)
     families = estimator.adapt_families(model.latents())
@@ -227,6 +228,8 @@ def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
         say(f"{out}: the run stopped before its first checkpoint; starting from iteration 0", quiet)
     else:
         directory.clear()
+    if checkpoint is None and config.time_budget is not None:  # the setup's seconds are spent
+        run_state = run_state._replace(wall_time=np.float64(time.perf_counter() - started))
     try:
         return _write_run(
             config, identity, directory, mode, out, quiet, dataset, model, estimator, target,

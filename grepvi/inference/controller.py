@@ -12,7 +12,11 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    rates) runs ``trial_steps`` iterations from the same start, in the same compiled program
    (the rule is an index in the optimizer state). A candidate's score is the median ELBO of
    its last window; a later candidate replaces the leader only when it is better by two
-   standard errors (MAD-based). The leader continues from where its trial ended.
+   standard errors (MAD-based). A candidate whose window median trails the leader's at the
+   same number of steps by two standard errors stops there (it cannot become the leader at
+   that point, and a rate that diverges or crawls is seen after one window: on the Olivetti
+   DEF, Adam at 1 and at 0.01 stopped after 100 of 300 steps each). The leader continues from
+   where its trial ended.
 1. **Approach.** Windows of ``window`` steps at step ``rho``. After each, the median ELBO is
    kept; the iterates are stationary when a regression of the last (up to 8) medians on
    their index shows no increase (t < 2). A **fall** restores the mean iterate of the best
@@ -77,6 +81,7 @@ FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE
 TAIL_FACTOR = 100.0  # a window's TAIL_QUANTILE this many magnitudes of the median below it: a collapse
 TAIL_QUANTILE = 0.05
 TREND_WINDOWS = 8
+TRIAL_CURVE = 16  # trial windows per candidate whose medians are kept (early stop of the trial)
 
 
 class AdaptiveSettings(NamedTuple):
@@ -204,6 +209,9 @@ class ControllerState(NamedTuple):
     accuracy: np.ndarray
     stage_change: np.ndarray
     skipped_trial: np.ndarray  # the trial did not fit its time limit: the fallback ran
+    trial_ran: np.ndarray  # (candidates,) trial steps each candidate ran (fewer: stopped early)
+    trial_curve: np.ndarray  # (2, TRIAL_CURVE) the running candidate's window medians and SEs
+    leader_curve: np.ndarray  # (2, TRIAL_CURVE) the leader's, at the same numbers of steps
 
 
 def _i(value) -> np.ndarray:
@@ -267,6 +275,9 @@ def init(
         accuracy=_f(np.nan),
         stage_change=_f(np.nan),
         skipped_trial=np.asarray(False),
+        trial_ran=np.zeros(max(num_candidates, 1), np.int64),
+        trial_curve=np.full((2, TRIAL_CURVE), np.nan),
+        leader_curve=np.full((2, TRIAL_CURVE), np.nan),
     )
 
 
@@ -419,7 +430,7 @@ def update(
             f"{float(state.step_size):.3g}; the run has stalled. Check the model at the current parameters."
         )
     if phase == TRIAL:
-        return _trial_update(state, window, loop_state, candidates, initial_state, select)
+        return _trial_update(state, window, loop_state, candidates, initial_state, select, settings.window)
     return _stage_update(state, window, summary, loop_state, settings, candidates, select, distance)
 
 
@@ -441,20 +452,53 @@ def _fixed_update(state, summary, latent_names):
     return state._replace(stalled=_i(run))
 
 
-def _trial_update(state, window, loop_state, candidates, initial_state, select):
+def _trial_slot(done: int, window: int) -> int:
+    """The trial window a candidate's ``done`` steps end: the same slot for every candidate
+    after the same number of steps (the first candidate's probe step shares slot 0)."""
+    return max(math.ceil(done / max(window, 1)) - 1, 0)
+
+
+def _trails_leader(state: ControllerState, window: _Window, slot: int) -> bool:
+    """The window's median is two standard errors below the leader's at the same slot."""
+    if int(state.leader) < 0 or slot >= TRIAL_CURVE or not math.isfinite(window.median):
+        return False
+    median, se = state.leader_curve[0, slot], state.leader_curve[1, slot]
+    if not math.isfinite(median):
+        return False
+    return window.median < median - 2.0 * math.hypot(se, window.se if math.isfinite(window.se) else 0.0)
+
+
+def _trial_update(state, window, loop_state, candidates, initial_state, select, window_length):
     done = int(state.trial_done) + window.steps
-    state = state._replace(trial_done=_i(done))
-    sized = int(state.trial_steps) >= 0  # -1: the probe ran; size_trial sets the steps next
-    if (not sized or done < int(state.trial_steps)) and math.isfinite(window.median):
-        return state, loop_state
     index = int(state.candidate)
+    ran = state.trial_ran.copy()
+    ran[index] = done
+    state = state._replace(trial_done=_i(done), trial_ran=ran)
+    sized = int(state.trial_steps) >= 0  # -1: the probe ran; size_trial sets the steps next
+    slot = _trial_slot(done, window_length)
+    if slot < TRIAL_CURVE:
+        curve = state.trial_curve.copy()
+        curve[:, slot] = (window.median, window.se)
+        state = state._replace(trial_curve=curve)
+    ended = sized and done >= int(state.trial_steps)
+    if (
+        (not sized or not ended)
+        and math.isfinite(window.median)
+        and not (sized and _trails_leader(state, window, slot))
+    ):
+        return state, loop_state
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
     scores[index] = window.median if math.isfinite(window.median) else -math.inf
     spreads[index] = window.se if math.isfinite(window.se) else 0.0
     state = state._replace(trial_scores=scores, trial_spreads=spreads)
     leader = int(state.leader)
-    if leader < 0 or scores[index] > scores[leader] + 2.0 * math.hypot(spreads[leader], spreads[index]):
+    if ended and (
+        leader < 0 or scores[index] > scores[leader] + 2.0 * math.hypot(spreads[leader], spreads[index])
+    ):
+        state = state._replace(leader=_i(index), leader_state=loop_state, leader_curve=state.trial_curve)
+    elif leader < 0:  # the first candidate stopped early (non-finite): the leader for now
         state = state._replace(leader=_i(index), leader_state=loop_state)
+    state = state._replace(trial_curve=np.full((2, TRIAL_CURVE), np.nan))
     if index + 1 < len(candidates):
         nxt = candidates[index + 1]
         state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
@@ -625,7 +669,16 @@ def _trial_note(state: ControllerState, labels, kept: str) -> str:
         )
     if int(state.trial_steps) <= 0:
         return f"{kept}: trial not run"
-    return f"{kept}: best median ELBO after {int(state.trial_steps)} steps of each of {len(labels)} rules"
+    steps = int(state.trial_steps)
+    note = f"{kept}: best median ELBO after {steps} steps of each of {len(labels)} rules"
+    stopped = [
+        f"{label} after {int(ran)}"
+        for label, ran in zip(labels, state.trial_ran, strict=False)
+        if 0 < int(ran) < steps
+    ]
+    if stopped:
+        note += f" ({', '.join(stopped)}: stopped where they trailed the leader by 2 SE)"
+    return note
 
 
 def check_settings(settings) -> AdaptiveSettings:
