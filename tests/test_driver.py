@@ -448,3 +448,9 @@ def test_minibatch_fit_of_a_conjugate_model_lands_on_the_exact_posterior(step_si
     assert float(q.mean()) == pytest.approx(shape / rate, rel=tolerance)
     if step_size is None:
         assert float(q.variance()) == pytest.approx(shape / rate**2, rel=tolerance)
+
+
+def test_the_probes_keep_to_the_step_cap():
+    """Under a time budget the trial's probes (one step, then ten) stop at ``num_steps``."""
+    final, window, _ = _fake_run(1000.0, seconds_per_step=0.001, max_steps=6)
+    assert int(final.controller.iterations) == 6 and sum(active for _, active in window.steps) == 6

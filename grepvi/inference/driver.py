@@ -292,6 +292,8 @@ def _window_length(state, plan, probing, max_steps, time_budget, elapsed, per_st
     time budget (0: the budget is spent; a run does at least one step)."""
     if probing:
         active = PROBE_STEPS if int(state.trial_done) == 0 else SECOND_PROBE_STEPS
+        if max_steps is not None:
+            active = max(min(active, max_steps - int(state.iterations)), 0)
     else:
         active = controller.next_window_length(state, plan.window, max_steps)
     if time_budget is not None and per_step is not None:
