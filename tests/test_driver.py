@@ -454,3 +454,24 @@ def test_the_probes_keep_to_the_step_cap():
     """Under a time budget the trial's probes (one step, then ten) stop at ``num_steps``."""
     final, window, _ = _fake_run(1000.0, seconds_per_step=0.001, max_steps=6)
     assert int(final.controller.iterations) == 6 and sum(active for _, active in window.steps) == 6
+
+
+def test_a_dropped_trial_candidates_skipped_steps_are_not_the_answers():
+    """The clotting gamma regression: Adam at rate 1 skipped 94 steps in its trial window and
+    was dropped; the kept rule skipped none, and the fit does not warn. Skips on the kept
+    rule's path (its trial steps included) are counted, with their latents."""
+    trace = driver.TraceObserver(("a", "b"))
+
+    def event(phase, rule, finite, bad_latent):
+        bad = np.zeros((finite.size, 2), bool)
+        bad[~finite, bad_latent] = True
+        outputs = {"elbo": np.zeros(finite.size), "finite": finite, "nonfinite_latents": bad, "extras": {}}
+        return driver.WindowEvent(0, outputs, None, None, 1.0, 1.0, phase, 0.1, np.nan, "", rule)
+
+    some = np.array([True, False, False, True])
+    trace.on_window(event("trial", 0, some, 0))  # the kept candidate's trial: counted
+    trace.on_window(event("trial", 2, np.zeros(4, bool), 1))  # a dropped candidate's
+    trace.on_window(event("approach", 0, np.array([True, True, False, True]), 0))
+    assert trace.skipped == 7
+    assert trace.skipped_on_path(0) == (3, ["a"])
+    assert trace.skipped_on_path(None) == (7, ["a", "b"])

@@ -420,6 +420,10 @@ class TraceObserver:
         self.columns: dict[str, list] = {}
         self.skipped = 0
         self.bad = np.zeros(len(self.names), bool)
+        # the trial's candidates, by rule: a dropped candidate's skipped steps are not the answer's
+        self.trial_skipped: dict[int, int] = {}
+        self.trial_bad: dict[int, np.ndarray] = {}
+        self._path_bad = np.zeros(len(self.names), bool)
         self.last_wall = float(initial_wall_time)
 
     def rows(self, event: WindowEvent) -> dict:
@@ -450,8 +454,29 @@ class TraceObserver:
         finite = np.asarray(event.outputs["finite"], bool)
         self.skipped += int((~finite).sum())
         bad = np.asarray(event.outputs["nonfinite_latents"], bool)
+        latents = np.zeros(len(self.names), bool)
         if bad.size and self.names:
-            self.bad |= bad.reshape(finite.size, -1).any(0)[: len(self.names)]
+            latents = bad.reshape(finite.size, -1).any(0)[: len(self.names)]
+            self.bad |= latents
+        if event.phase != "trial":
+            self._path_bad |= latents
+        else:
+            rule = int(event.rule)
+            self.trial_skipped[rule] = self.trial_skipped.get(rule, 0) + int((~finite).sum())
+            self.trial_bad[rule] = self.trial_bad.get(rule, np.zeros(len(self.names), bool)) | latents
+
+    def skipped_on_path(self, kept: int | None) -> tuple[int, list[str]]:
+        """Skipped steps and their latents on the answer's path: every step but those of the
+        trial's dropped candidates (``kept``: the kept candidate; None: every step)."""
+        if kept is None:
+            return self.skipped, self.bad_latents()
+        dropped = [rule for rule in self.trial_skipped if rule != kept]
+        skipped = self.skipped - sum(self.trial_skipped[rule] for rule in dropped)
+        if not dropped:
+            return skipped, self.bad_latents()
+        # the latents of the path: the steps outside the trial and the kept candidate's
+        path = self._path_bad | self.trial_bad.get(kept, np.zeros(len(self.names), bool))
+        return skipped, [name for name, flag in zip(self.names, path, strict=True) if flag]
 
     def arrays(self) -> dict:
         return {key: np.concatenate(parts) for key, parts in self.columns.items()}

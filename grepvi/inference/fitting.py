@@ -434,7 +434,7 @@ def fit(
     try:
         final = prepared.run(start, max_steps=max_steps, time_budget=time_budget, observers=observers)
     except NumericalError:
-        _warn_skipped(trace, int(trace.arrays().get("iteration", [0])[-1:].sum()), 0)
+        _warn_skipped(trace, int(trace.arrays().get("iteration", [0])[-1:].sum()), 0, None)
         raise
     return _result(prepared, final, trace, fixed)
 
@@ -450,7 +450,10 @@ def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver
     result_trace = Trace(
         elbo=arrays.get("elbo", np.zeros(0)), wall_time=arrays.get("wall_time", np.zeros(0)), extras=extras
     )
-    _warn(trace, convergence, prepared.estimator, fixed)
+    kept = (
+        None if fixed or int(final.controller.phase) == controller.TRIAL else int(final.controller.candidate)
+    )
+    _warn(trace, convergence, prepared.estimator, fixed, kept)
     posterior = {name: Posterior(family, params[name]) for name, family in target.families.items()}
     return FitResult(
         params=params,
@@ -523,23 +526,27 @@ class _CallbackObserver:
         return self.stop
 
 
-def _warn_skipped(trace: driver.TraceObserver, iterations: int, restarts: int) -> None:
-    if trace.skipped:
+def _warn_skipped(trace: driver.TraceObserver, iterations: int, restarts: int, kept: int | None) -> None:
+    """NonFiniteStepWarning for the skipped steps of the answer's path (a dropped trial
+    candidate's skipped steps, e.g. Adam at rate 1 diverging, are not the answer's)."""
+    skipped, latents = trace.skipped_on_path(kept)
+    if skipped:
         warnings.warn(
-            f"{trace.skipped} of {iterations} step(s) skipped: non-finite gradient for "
-            f"latent(s) {trace.bad_latents()} (the parameters were left as they were; the step size was "
+            f"{skipped} of {iterations} step(s) skipped: non-finite gradient for "
+            f"latent(s) {latents} (the parameters were left as they were; the step size was "
             f"halved {restarts} time(s) after falls)",
             NonFiniteStepWarning,
             stacklevel=4,
         )
 
 
-def _warn(trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool) -> None:
-    _warn_skipped(trace, convergence.num_iterations, convergence.restarts)
+def _warn(
+    trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool, kept: int | None
+) -> None:
+    _warn_skipped(trace, convergence.num_iterations, convergence.restarts, kept)
     if not fixed and not convergence.converged and convergence.reason != "interrupted":
-        skipped_note = (
-            f"; {trace.skipped} step(s) had a non-finite gradient and were skipped" if trace.skipped else ""
-        )
+        skipped = trace.skipped_on_path(kept)[0]
+        skipped_note = f"; {skipped} step(s) had a non-finite gradient and were skipped" if skipped else ""
         warnings.warn(
             f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
             f"{convergence.trial_note}. Raise num_steps or time_budget, or loosen tolerance.",
