@@ -852,8 +852,12 @@ def _subsampled_plates(model, args, kwargs, data) -> tuple[dict, set]:
         warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
         warnings.filterwarnings("ignore", "subsample_size does not match", UserWarning)  # refused below
         captured = {}
+
+        def capture():  # the trace's static parts outlive the abstract run; nothing is returned
+            captured["trace"] = user_trace()
+
         try:
-            jax.eval_shape(lambda: captured.setdefault("trace", user_trace()) and None)
+            jax.eval_shape(capture)
             trace = captured["trace"]
         except Exception:  # noqa: BLE001 - a model that cannot be traced abstractly
             trace = user_trace()
