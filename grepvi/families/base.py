@@ -215,15 +215,16 @@ def to_log_space(z, support: str) -> jax.Array:
     return z
 
 
-def from_log_space(u, support: str) -> jax.Array:
+def from_log_space(u, support: str, bounds_dtype=None) -> jax.Array:
     """The inverse of :func:`to_log_space`: ``exp``, ``sigmoid`` or the identity, clamped
-    as the families' ``transform`` (``grepvi.numerics.safe_exp``, ``safe_sigmoid``)."""
+    as the families' ``transform`` (``grepvi.numerics.safe_exp``, ``safe_sigmoid``; their
+    ``bounds_dtype``)."""
     from grepvi import numerics
 
     if support == "unit_interval":
-        return numerics.safe_sigmoid(u)
+        return numerics.safe_sigmoid(u, bounds_dtype)
     if support in ("positive", "simplex"):
-        return numerics.safe_exp(u)
+        return numerics.safe_exp(u, bounds_dtype)
     return u
 
 

@@ -60,6 +60,7 @@ from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Norm
 from grepvi.families.base import Family, from_log_space, to_log_space
 from grepvi.families.transformed import Affine, TransformedNormal
 from grepvi.inference.compilation_cache import once_compiler_options
+from grepvi.interop.widened_gradient import float64_where_float32_overflows
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
 
@@ -284,7 +285,7 @@ class NumPyroModel(NamedTuple):
         if batch_size is not None:
             return fit(self, families, estimator, batch_size=batch_size, **options)
         return fit(
-            self.joint.logdensity_fn,
+            float64_where_float32_overflows(self.joint.logdensity_fn),
             families,
             estimator,
             data=self.data,
@@ -613,6 +614,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     def trace_model(latents, data, seed=0):
         call_args, call_kwargs = rebuild(data)
+        if isinstance(seed, int):  # a raw uint32 key, not int64 where traced under enable_x64
+            seed = np.array([0, seed], np.uint32)
         substituted = handlers.substitute(handlers.seed(model, rng_seed=seed), data=latents)
         if not latents:  # shapes only: uniform draws in the unconstrained space, not the prior's
             # (a Dirichlet or gamma prior draw compiles a rejection sampler: 0.6-1.9 s)
@@ -688,7 +691,9 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         # beta, Dirichlet).
         def fn(latents, data):
             values = {
-                key: from_log_space(u, supports[key]) if spaces.get(key, "value") != "value" else u
+                key: from_log_space(u, supports[key], jnp.float32)
+                if spaces.get(key, "value") != "value"
+                else u
                 for key, u in latents.items()
             }
             site = trace_model(values, data)[name]

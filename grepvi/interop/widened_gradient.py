@@ -1,0 +1,76 @@
+"""A log density's gradient, recomputed in float64 where float32 overflows.
+
+A model written in value space can overflow in its own gradient where its value is fine. The
+sparse gamma DEF as a NumPyro user writes it (``z ~ Gamma(alpha, alpha / mean)``,
+``mean = max(z' @ W, tiny)``) has ``d log p / d mean = alpha (z - mean) / mean^2``: finite in
+float32 for ``mean`` down to 1e-38, but the chain rule forms ``alpha / mean^2`` first, which
+overflows for ``mean < 1.7e-20``, and at the floor multiplies that ``inf`` by ``max``'s zero
+derivative (``nan``). Gamma draws of shape 0.1 reach such means once in a few hundred steps on
+Olivetti: before this, 43 of 4,056 steps of a 120 s fit were skipped.
+
+:func:`float64_where_float32_overflows` keeps float32's gradient where it is finite (every step
+but those) and otherwise evaluates the same function at the same point in float64
+(``jax.enable_x64`` inside the traced backward pass, a ``lax.cond`` branch that runs only
+then) and rounds the result to float32. Where float64 overflows too, the gradient stays
+non-finite and the driver skips the step as before (``NonFiniteStepWarning``): nothing is
+zeroed or clipped, the estimator stays the exact gradient of the same objective.
+
+The function must give the same value in both precisions up to rounding: the NumPyro adapter
+clamps its log-space latents at float32's bounds in both (``from_log_space(...,
+bounds_dtype=float32)``).
+"""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["float64_where_float32_overflows"]
+
+
+def _zero_cotangent(leaf):
+    if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+        return jnp.zeros_like(leaf)
+    return np.zeros(np.shape(leaf), jax.dtypes.float0)
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
+    """``logdensity_fn(latents, data)`` with a reverse-mode gradient in ``latents`` that is
+    float32's where finite and float64's (rounded to float32) where float32's is not.
+
+    The value and the finite gradients are unchanged; ``data`` gets zero cotangents (it is
+    not differentiated). Reverse mode only (``jax.custom_vjp``).
+    """
+
+    @jax.custom_vjp
+    def widened(latents, data):
+        return logdensity_fn(latents, data)
+
+    def forward(latents, data):
+        value, pullback = jax.vjp(lambda point: logdensity_fn(point, data), latents)
+        return value, (latents, data, pullback)
+
+    def backward(residuals, cotangent):
+        latents, data, pullback = residuals
+        (grads,) = pullback(cotangent)
+
+        def in_float64(_):
+            with jax.enable_x64(True):
+                wide = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, jnp.float64), latents)
+                _, wide_pullback = jax.vjp(lambda point: logdensity_fn(point, data), wide)
+                (wide_grads,) = wide_pullback(jnp.asarray(cotangent, jnp.float64))
+                return jax.tree_util.tree_map(
+                    lambda grad, leaf: grad.astype(jnp.result_type(leaf)), wide_grads, latents
+                )
+
+        grads = jax.lax.cond(_all_finite(grads), lambda _: grads, in_float64, None)
+        return grads, jax.tree_util.tree_map(_zero_cotangent, data)
+
+    widened.defvjp(forward, backward)
+    return widened
