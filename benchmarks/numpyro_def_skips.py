@@ -56,7 +56,7 @@ def count_nonfinite_draws(adapted, result, draws):
 
     from grepvi.estimators.grep import grep
     from grepvi.inference.state import make_target
-    from grepvi.interop.widened_gradient import float64_where_float32_overflows
+    from grepvi.inference.widened_gradient import float64_where_float32_overflows
     from grepvi.target import bind_data
 
     estimator = grep()

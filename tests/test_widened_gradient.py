@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grepvi.interop.widened_gradient import float64_where_float32_overflows
+from grepvi.inference.widened_gradient import float64_where_float32_overflows
 
 numpyro = pytest.importorskip("numpyro")
 dist = pytest.importorskip("numpyro.distributions")
@@ -53,3 +53,69 @@ def test_gradient_where_float32_is_finite_is_unchanged():
     for name in ("m", "z"):
         assert float(widened[name]) == float(plain[name])
         np.testing.assert_allclose(float(widened[name]), exact[name], rtol=1e-5, err_msg=name)
+
+
+# --- in a fit: the first window with an overflow runs again widened, and so does every later one
+
+OBSERVED = jnp.array([3e-21, 5e-21, 2e-21])
+
+
+def tiny_mean_logdensity(latents):
+    """``m ~ Exponential(1e18)``, ``x_j ~ Exponential(mean m)`` observed near 3e-21: the
+    posterior of ``m`` sits where ``d(1 / m)/dm = -1 / m^2`` overflows float32 (``m < 5.4e-20``,
+    nearly all its mass), while ``d log p / d log m = -3 + sum(x) / m - 1e18 m`` is O(1)."""
+    m = latents["m"]
+    rate = 1.0 / m
+    return jnp.log(1e18) - 1e18 * m + jnp.sum(jnp.log(rate) - rate * OBSERVED)
+
+
+@pytest.mark.slow
+def test_without_the_widened_window_the_same_fit_stalls():
+    """The case is one: run on float32 gradients alone, q drifts to where every draw overflows
+    and the default procedure stops with a NumericalError (at iteration 124,900)."""
+    import grepvi
+    from grepvi.errors import NumericalError
+    from grepvi.estimators.base import get_estimator
+    from grepvi.inference import fitting
+    from grepvi.inference.state import make_target
+
+    target = make_target(tiny_mean_logdensity, {"m": grepvi.Gamma()})
+    setup = fitting.setup(target, get_estimator("grep"), max_steps=fitting.DEFAULT_MAX_STEPS)
+    with pytest.raises(NumericalError, match="non-finite gradient"):
+        setup._replace(widened_window=None).run(max_steps=fitting.DEFAULT_MAX_STEPS)
+
+
+def test_the_default_fit_converges_where_float32_overflows():
+    """With the defaults the run switches to the widened gradient and converges with no
+    skipped step on its path (a NonFiniteStepWarning would fail the test)."""
+    import grepvi
+
+    result = grepvi.fit(tiny_mean_logdensity, {"m": grepvi.Gamma()}, progress=False)
+    assert result.converged and int(result.run_state.controller.widened) == 1
+    # the posterior: nearly an inverse gamma of shape 2 and scale 1e-20 (mean 1e-20, mode
+    # 3.3e-21); a mean-field gamma's mean lies between
+    mean = float(result.posterior["m"].mean())
+    assert 2e-21 < mean < 2e-20, mean
+
+
+@pytest.mark.filterwarnings("ignore::grepvi.errors.NotConvergedWarning")
+def test_a_run_resumed_after_widening_is_bitwise_the_uninterrupted_one():
+    import grepvi
+
+    latents = {"m": grepvi.Gamma(init_mean=1e-20)}  # q starts where float32 overflows
+    full = grepvi.fit(tiny_mean_logdensity, latents, progress=False, num_steps=6000)
+    windows = []
+
+    def stop(event):
+        windows.append(int(event.run_state.controller.widened) == 1)
+        return sum(windows) >= 3  # three windows after the switch
+
+    part = grepvi.fit(tiny_mean_logdensity, latents, progress=False, num_steps=6000, callback=stop)
+    assert part.convergence.reason == "interrupted" and int(part.run_state.controller.widened) == 1
+    rest = grepvi.fit(tiny_mean_logdensity, latents, progress=False, num_steps=6000, resume=part.run_state)
+    for name in full.params:
+        for key in full.params[name]:
+            np.testing.assert_array_equal(
+                np.asarray(rest.params[name][key]), np.asarray(full.params[name][key])
+            )
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)

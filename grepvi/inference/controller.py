@@ -212,6 +212,7 @@ class ControllerState(NamedTuple):
     trial_ran: np.ndarray  # (candidates,) trial steps each candidate ran (fewer: stopped early)
     trial_curve: np.ndarray  # (2, TRIAL_CURVE) the running candidate's window medians and SEs
     leader_curve: np.ndarray  # (2, TRIAL_CURVE) the leader's, at the same numbers of steps
+    widened: np.ndarray  # gradients widened to float64 where float32 overflows: 1 on, 0 untried, -1 no help
 
 
 def _i(value) -> np.ndarray:
@@ -278,6 +279,7 @@ def init(
         trial_ran=np.zeros(max(num_candidates, 1), np.int64),
         trial_curve=np.full((2, TRIAL_CURVE), np.nan),
         leader_curve=np.full((2, TRIAL_CURVE), np.nan),
+        widened=_i(0),
     )
 
 

@@ -174,6 +174,7 @@ def make_window(
     window.length = length
     window.compile = compile_ahead
     window.jitted = jitted
+    window.num_compiled = lambda: len(compiled)
     return window
 
 
@@ -221,8 +222,17 @@ def run(
     time_budget: float | None = None,
     observers: Sequence = (),
     clock: Callable[[], float] = time.perf_counter,
+    widened_window=None,
 ) -> RunState:
     """Runs windows from ``run_state`` until the controller converges or a cap is reached.
+
+    ``widened_window``: the same window with the gradient widened to float64 where float32
+    overflows (:mod:`grepvi.inference.widened_gradient`), compiled only for a run that needs
+    it. The first window with a non-finite gradient (not a later trial candidate's) is run
+    again with it; where that skips
+    fewer steps, every later window is widened too, else the float32 window's outputs stand
+    and it is not tried again (the controller's ``widened``: 1 or -1, checkpointed). A widened
+    window is bitwise the float32 one at every step whose gradient was finite.
 
     Returns the final :class:`RunState` (its controller's ``reason`` says why it stopped).
     """
@@ -232,6 +242,8 @@ def run(
     loop, state = run_state.loop, run_state.controller
     place = plan.place or (lambda tree: tree)
     loop = place(loop)
+    if widened_window is not None and int(state.widened) == 1:
+        window = widened_window
     window.compile(loop, data)
     window(loop, data, 0)  # the first call's own costs (allocation, dispatch) off the probe
     per_step = None
@@ -246,6 +258,20 @@ def run(
         window_start = clock()
         new_loop, mean, outputs = window(loop, data, active)
         outputs = _host_outputs(outputs, active)  # waits for the window
+        if _may_widen(state, widened_window) and _nonfinite_steps(outputs):
+            widened_window.compile(loop, data)
+            again_start = clock()
+            again = widened_window(loop, data, active)
+            again_outputs = _host_outputs(again[2], active)
+            helped = _nonfinite_steps(again_outputs) < _nonfinite_steps(outputs)
+            state = state._replace(widened=np.asarray(1 if helped else -1, np.int64))
+            if helped:
+                (new_loop, mean, _), outputs, window, window_start = (
+                    again,
+                    again_outputs,
+                    widened_window,
+                    again_start,
+                )
         seconds = clock() - window_start
         per_step = seconds / active
         ran = _Ran(
@@ -275,6 +301,21 @@ def run(
         if hasattr(observer, "on_end"):
             observer.on_end(final)
     return final
+
+
+def _may_widen(state, widened_window) -> bool:
+    """Not tried yet, and the window is not a later trial candidate's: the first candidate
+    starts where the model does, a later one may diverge by design (Adam at rate 1 on the
+    zoo's clotting model skipped 94 trial steps that float64 did not mend, and trying cost
+    2 s of compilation in a 2.6 s fit)."""
+    if widened_window is None or int(state.widened) != 0:
+        return False
+    return int(state.phase) != controller.TRIAL or int(state.candidate) == 0
+
+
+def _nonfinite_steps(outputs) -> int:
+    """Steps of a window whose gradient had a non-finite component."""
+    return int(np.asarray(outputs["nonfinite_latents"]).reshape(len(outputs["finite"]), -1).any(-1).sum())
 
 
 class _Ran(NamedTuple):

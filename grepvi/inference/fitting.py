@@ -26,6 +26,7 @@ from grepvi.inference import controller, driver, rules
 from grepvi.inference.compilation_cache import enable_persistent_cache, step_compiler_options
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step
+from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
 from grepvi.target import Target
@@ -111,13 +112,14 @@ class Setup(NamedTuple):
     target: Target
     estimator: Estimator
     fixed: bool
+    widened_window: Any = None  # the window whose gradients are widened where float32 overflows
 
     def run(self, start=None, *, max_steps=None, time_budget=None, observers=()) -> driver.RunState:
         """:func:`grepvi.inference.driver.run` from ``start`` (default the initial state)."""
         start = self.initial if start is None else start
         return driver.run(
             self.window, start, self.plan, data=self.data, max_steps=max_steps, time_budget=time_budget,
-            observers=observers,
+            observers=observers, widened_window=self.widened_window,
         )  # fmt: skip
 
 
@@ -183,22 +185,31 @@ def setup(
     if check:
         check_target(target, initial_loop.params, data)
     elements = sum(int(np.prod(family.shape)) for family in target.families.values())
-    window = driver.make_window(
-        step_fn, length, keep_params, track_mean=not fixed, compiler_options=step_compiler_options(elements)
-    )
+    options = step_compiler_options(elements)
+    window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed, compiler_options=options)
+    widened_window = None
+    if batch_size is None and not parallel:  # compiled only if a run meets an overflow
+        widened = widened_target(target)
+        widened_window = driver.make_window(
+            lambda state, data: step(state, widened, stepper, optimizer, data),
+            length,
+            keep_params,
+            track_mean=not fixed,
+            compiler_options=options,
+        )
     names = tuple(sorted(target.families))
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
         plan = driver.Plan(
             None, (), lambda loop, i, rho: loop, None, initial_loop, length, names, place=place
         )
-        return Setup(
-            window, plan, driver.RunState(initial_loop, state, np.float64(0.0)), data, target, estimator, True
-        )
+        initial = driver.RunState(initial_loop, state, np.float64(0.0))
+        return Setup(window, plan, initial, data, target, estimator, True, widened_window)
     plan, state, start = _default_plan(
         target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
     )
-    return Setup(window, plan, driver.RunState(start, state, np.float64(0.0)), data, target, estimator, False)
+    initial = driver.RunState(start, state, np.float64(0.0))
+    return Setup(window, plan, initial, data, target, estimator, False, widened_window)
 
 
 def _step_and_state(target, stepper, optimizer, key, init_params, data, batch_size, parallel, model):

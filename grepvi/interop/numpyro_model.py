@@ -60,7 +60,6 @@ from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Norm
 from grepvi.families.base import Family, from_log_space, to_log_space
 from grepvi.families.transformed import Affine, TransformedNormal
 from grepvi.inference.compilation_cache import once_compiler_options
-from grepvi.interop.widened_gradient import float64_where_float32_overflows
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
 
@@ -285,7 +284,7 @@ class NumPyroModel(NamedTuple):
         if batch_size is not None:
             return fit(self, families, estimator, batch_size=batch_size, **options)
         return fit(
-            float64_where_float32_overflows(self.joint.logdensity_fn),
+            self.joint.logdensity_fn,
             families,
             estimator,
             data=self.data,
@@ -683,27 +682,32 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         axes = info.axes[: len(info.axes) - info.event_ndim]
         return tuple(jnp.shape(data[-1][a])[0] if a in subsampled else axis_sizes[a] for a in axes)
 
+    def values_of(latents):
+        return {
+            key: from_log_space(u, supports[key], jnp.float32) if spaces.get(key, "value") != "value" else u
+            for key, u in latents.items()
+        }
+
+    def site_value(name, info, site, latents, data):
+        own = None
+        if name in latents and spaces.get(name, "value") != "value":
+            own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
+        return jnp.broadcast_to(_site_log_prob(site, own), batch_shape(info, data))
+
+    # The factors take the latents in log space (``log z``, ``logit z``, else ``z``): the
+    # model's code gets ``z`` clamped to float's normal range (finite ``log z``, ``c / z``),
+    # and a latent site's own density comes from the exact log-space draw where its
+    # distribution has a closed form there (gamma, exponential, log-normal, inverse gamma,
+    # beta, Dirichlet).
     def factor(name, info):
-        # The factors take the latents in log space (``log z``, ``logit z``, else ``z``): the
-        # model's code gets ``z`` clamped to float's normal range (finite ``log z``, ``c / z``),
-        # and a latent site's own density comes from the exact log-space draw where its
-        # distribution has a closed form there (gamma, exponential, log-normal, inverse gamma,
-        # beta, Dirichlet).
         def fn(latents, data):
-            values = {
-                key: from_log_space(u, supports[key], jnp.float32)
-                if spaces.get(key, "value") != "value"
-                else u
-                for key, u in latents.items()
-            }
-            site = trace_model(values, data)[name]
-            own = None
-            if name in latents and spaces.get(name, "value") != "value":
-                own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
-            value = _site_log_prob(site, own)
-            return jnp.broadcast_to(value, batch_shape(info, data))
+            return site_value(name, info, trace_model(values_of(latents), data)[name], latents, data)
 
         return Factor(name, info.axes[: len(info.axes) - info.event_ndim], fn)
+
+    def every_factor(latents, data):  # one run of the model for all its sites
+        trace = trace_model(values_of(latents), data)
+        return {name: site_value(name, info, trace[name], latents, data) for name, info in sites.items()}
 
     joint = log_joint(
         [factor(name, info) for name, info in sites.items()],
@@ -716,6 +720,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             for name, info in latent_sites.items()
         },
         data_example=data,
+        evaluate_all=every_factor,
     )
 
     def to_inputs(latents):

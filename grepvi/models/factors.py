@@ -224,6 +224,7 @@ def log_joint(
     data_axes: Mapping[str, Sequence[str]] | None = None,
     data_dtypes: Mapping[str, Any] | None = None,
     data_example: Any = None,
+    evaluate_all: Callable | None = None,
 ) -> LogJoint:
     """Builds the log joint and the local log joints of a model given as factors.
 
@@ -241,6 +242,10 @@ def log_joint(
       data_example: instead of ``data_axes``, any pytree of arrays (or
         ``jax.ShapeDtypeStruct``) shaped like the data the functions will get: the factors
         are traced on its shapes (used for NumPyro models, whose data are their arguments).
+      evaluate_all: optional ``(latents, data) -> {factor name: value}``, every factor's value
+        at once, equal to calling each factor (a NumPyro model runs once for all its sites
+        instead of once per site: a smaller program to trace and compile). The factors' own
+        functions still give each factor's dependencies.
 
     Returns:
       A :class:`LogJoint`.
@@ -373,6 +378,9 @@ def log_joint(
 
     def evaluate(latents, data):
         data = {} if data is None else data
+        if evaluate_all is not None:
+            values = evaluate_all(latents, data)
+            return [values[item.name] for item in factors]
         return [item.fn(latents, data) for item in factors]
 
     def total(values):

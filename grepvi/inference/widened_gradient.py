@@ -1,12 +1,17 @@
 """A log density's gradient, recomputed in float64 where float32 overflows.
 
+:func:`grepvi.fit` runs a model's own log density (float32) until a step's gradient is
+non-finite outside the trial; it then reruns that window, and every later one, with the
+target of :func:`widened_target` (compiled then, once: a model that never overflows pays
+nothing). The switch is part of the run's state, so a resumed run takes the same path.
+
 A model written in value space can overflow in its own gradient where its value is fine. The
 sparse gamma DEF as a NumPyro user writes it (``z ~ Gamma(alpha, alpha / mean)``,
 ``mean = max(z' @ W, tiny)``) has ``d log p / d mean = alpha (z - mean) / mean^2``: finite in
 float32 for ``mean`` down to 1e-38, but the chain rule forms ``alpha / mean^2`` first, which
 overflows for ``mean < 1.7e-20``, and at the floor multiplies that ``inf`` by ``max``'s zero
-derivative (``nan``). Gamma draws of shape 0.1 reach such means once in a few hundred steps on
-Olivetti: before this, 43 of 4,056 steps of a 120 s fit were skipped.
+derivative (``nan``). Gamma draws of shape 0.05 reach such means often: on a small DEF of
+them 192 of 200 float32 gradient draws were non-finite, 0 of 200 widened.
 
 :func:`float64_where_float32_overflows` keeps float32's gradient where it is finite (every step
 but those) and otherwise evaluates the same function at the same point in float64
@@ -26,7 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["float64_where_float32_overflows"]
+from grepvi.target import Target
+
+__all__ = ["float64_where_float32_overflows", "widened_target"]
 
 
 def _zero_cotangent(leaf):
@@ -74,3 +81,13 @@ def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
 
     widened.defvjp(forward, backward)
     return widened
+
+
+def widened_target(target: Target) -> Target:
+    """``target`` with its log density's gradient taken by
+    :func:`float64_where_float32_overflows` (the local log joints, never differentiated, are
+    unchanged)."""
+    if target.takes_data:
+        return target._replace(logdensity_fn=float64_where_float32_overflows(target.logdensity_fn))
+    widened = float64_where_float32_overflows(lambda latents, data: target.logdensity_fn(latents))
+    return target._replace(logdensity_fn=lambda latents: widened(latents, None))
