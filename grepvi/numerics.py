@@ -72,6 +72,11 @@ def digamma(x):
 
 @jax.custom_jvp
 def _digamma(x):
+    return _digamma_value(x)
+
+
+@jax.jit  # traced once per shape: a step calls it many times (tracing time)
+def _digamma_value(x):
     y, terms = _shifted(x)
     recurrence = sum(1.0 / t for t in terms)
     inv = 1.0 / y
@@ -95,6 +100,11 @@ def trigamma(x):
 
 @jax.custom_jvp
 def _trigamma(x):
+    return _trigamma_value(x)
+
+
+@jax.jit  # traced once per shape: a step calls it many times (tracing time)
+def _trigamma_value(x):
     y, terms = _shifted(x)
     recurrence = sum(1.0 / (t * t) for t in terms)
     inv = 1.0 / y
@@ -137,6 +147,7 @@ def tetragamma(x):
     return _tetragamma(_as_float(x))
 
 
+@jax.jit  # traced once per shape
 def _tetragamma(x):
     # Its derivative (psi_3, rarely needed) is autodiff of the series.
     y, terms = _shifted(x)
@@ -165,6 +176,11 @@ def gammaln(x):
 
 @jax.custom_jvp
 def _gammaln(x):
+    return _gammaln_value(x)
+
+
+@jax.jit  # traced once per shape: a step calls it many times (tracing time)
+def _gammaln_value(x):
     small = x < _SHIFT
     product = x * (x + 1) * (x + 2) * (x + 3) * (x + 4) * (x + 5)
     y = jnp.where(small, x + _SHIFT, x)
