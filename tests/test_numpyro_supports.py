@@ -23,6 +23,7 @@ from grepvi.families.location_scale import HALF_LOG_2PI  # noqa: E402
 from grepvi.families.logitnormal import gauss_hermite_expectation  # noqa: E402
 from grepvi.families.transformed import Affine, TransformedNormal  # noqa: E402
 from grepvi.interop.numpyro_model import FAMILY_NAMES, family_for_support, from_numpyro  # noqa: E402
+from grepvi.target import inputs_at_means  # noqa: E402
 
 constraints = dist.constraints
 transforms = pytest.importorskip("numpyro.distributions.transforms")
@@ -366,6 +367,14 @@ def test_every_common_support_gets_a_family():
     for name, value in point.items():
         assert bool(jnp.all(adapted.sites[name].support(value))), name
     assert np.isfinite(float(adapted.logdensity_fn(point, adapted.data)))
+    # The point where a fit checks the model and evaluates its baseline is in every support
+    # too: not E_q[z] for the correlation Cholesky factor (an average of them is no Cholesky
+    # factor of a correlation matrix; the fit of an LKJ model stopped at its first check).
+    at_means = inputs_at_means(params, adapted.families, log_space=True)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(at_means["corr"]), axis=-1), 1.0, rtol=1e-6)
+    assert np.isfinite(float(adapted.joint.logdensity_fn(at_means, adapted.data)))
+    local = adapted.joint.local_logdensity_fn(at_means, adapted.data)
+    assert all(bool(jnp.all(jnp.isfinite(value))) for value in local.values())
 
 
 def test_the_supports_refused_before_now_fit():

@@ -297,7 +297,13 @@ class TransformedNormal(Family):
         return self._moments(params)[0]
 
     def log_space_mean(self, params):
-        return self.mean(params)
+        """The point where the model is evaluated for the baseline and the checks: the image of
+        the unconstrained mean, ``T(loc)``. Not ``E_q[z]``: on a support that is not convex the
+        average of draws leaves it (an average of correlation Cholesky factors has rows shorter
+        than 1, where ``LKJCholesky`` has no density), and the model is -inf there."""
+        if self.identity:
+            return params["loc"]
+        return self.transform_(params["loc"])
 
     def variance(self, params):
         if self.identity:
