@@ -12,6 +12,7 @@ __all__ = [
     "ModelError",
     "NumericalError",
     "NonFiniteStepWarning",
+    "FlatLatentWarning",
 ]
 
 
@@ -41,3 +42,9 @@ class NonFiniteStepWarning(RuntimeWarning):
 
 class NotConvergedWarning(RuntimeWarning):
     """``fit`` reached its iteration or time cap before the convergence rule was met."""
+
+
+class FlatLatentWarning(RuntimeWarning):
+    """The model's log density does not change with a latent at a draw of ``q``: it is
+    piecewise constant in it (e.g. ``jnp.where`` on a comparison with the latent) or does not
+    read it, and a gradient-based fit cannot place it."""

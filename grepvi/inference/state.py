@@ -6,6 +6,7 @@ that runs steps is :mod:`grepvi.inference.driver` (compiled windows, both proced
 ``fit`` is in :mod:`grepvi.inference.fitting`.
 """
 
+import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -13,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grepvi.errors import ModelError
-from grepvi.estimators.base import Estimator
+from grepvi.errors import FlatLatentWarning, ModelError
+from grepvi.estimators.base import Estimator, sample_standardized, transform_all
 from grepvi.families.base import Family
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.target import Target, bind_data, inputs_at_means
@@ -81,7 +82,9 @@ def make_target(
 
 
 def check_target(target: Target, params: dict, data=None) -> None:
-    """Evaluates the model once at the families' means; raises a clear ModelError if not fit."""
+    """Evaluates the model once at the families' means; raises a clear ModelError if not fit,
+    and warns (:class:`~grepvi.errors.FlatLatentWarning`) of a latent in which the model's
+    gradient is exactly zero at a draw of ``q``."""
     shapes = {name: family.shape for name, family in target.families.items()}
     try:
         value, local = _evaluate_once(target, params, data)
@@ -116,6 +119,54 @@ def check_target(target: Target, params: dict, data=None) -> None:
             "the model must be finite there. Check the support of each latent "
             f"({ {n: f.support for n, f in target.families.items()} }) and the data."
         )
+    flat = _flat_latents(target, params, data)
+    if flat:
+        warnings.warn(
+            f"latent(s) {flat}: logdensity_fn reads them only through operations without a "
+            "derivative (its gradient in them is identically 0): the model is piecewise constant in "
+            "them (e.g. jnp.where on a comparison with the latent, a rounding). A gradient-based fit "
+            "cannot place such a latent (its answer there is the prior's pull alone); write the "
+            "model so that it is differentiable in every latent (e.g. a smooth step such as a "
+            "sigmoid of a scaled difference), or marginalize the latent out.",
+            FlatLatentWarning,
+            stacklevel=3,
+        )
+
+
+def _flat_latents(target: Target, params: dict, data=None) -> list[str]:
+    """The latents in which ``log p``'s gradient is identically zero: JAX's autodiff leaves a
+    symbolic zero (a literal ``0``, or one broadcast) for an input that reaches the output only
+    through operations without a derivative (comparisons, ``floor``, ``round``). Read off the
+    gradient's jaxpr: traced, never compiled (a compiled check cost 0.3-0.6 s on pumps). A
+    model that cannot be traced, or a zero made inside a nested ``jit``, is not reported."""
+    Literal = jax.extend.core.Literal
+
+    def gradient(params, data):
+        bound = bind_data(target, data)
+        eps = jax.tree_util.tree_map(
+            lambda shape: jnp.full(shape.shape, 0.5, shape.dtype),
+            jax.eval_shape(lambda p: sample_standardized(jax.random.key(0), p, bound.families), params),
+        )
+        point = transform_all(params, eps, bound.families, bound.log_space)
+        return jax.grad(bound.logdensity_fn)(point)
+
+    try:
+        closed, shapes = jax.make_jaxpr(gradient, return_shape=True)(params, data)
+    except Exception:  # noqa: BLE001 - the fit's own evaluation reports a model that fails
+        return []
+    producers = {id(var): eqn for eqn in closed.jaxpr.eqns for var in eqn.outvars}
+
+    def is_zero(atom):
+        if isinstance(atom, Literal):
+            return bool(np.all(np.asarray(atom.val) == 0))
+        eqn = producers.get(id(atom))
+        return eqn is not None and eqn.primitive.name == "broadcast_in_dim" and is_zero(eqn.invars[0])
+
+    leaves = jax.tree_util.tree_flatten_with_path(shapes)[0]
+    zero = [is_zero(atom) for atom in closed.jaxpr.outvars]
+    if len(zero) != len(leaves):
+        return []
+    return sorted({str(path[0].key) for (path, _), flag in zip(leaves, zero, strict=True) if flag})
 
 
 _TRACER_ERRORS = (
