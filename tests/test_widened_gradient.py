@@ -1,5 +1,7 @@
 """A value-space model's gradient where float32 overflows (issue 23): recomputed in float64."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -119,3 +121,32 @@ def test_a_run_resumed_after_widening_is_bitwise_the_uninterrupted_one():
                 np.asarray(rest.params[name][key]), np.asarray(full.params[name][key])
             )
     np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
+
+
+def tiny_mean_plate_model(x):
+    """``tiny_mean_logdensity`` as a NumPyro model with a subsampled plate: minibatch VI."""
+    m = numpyro.sample("m", dist.Exponential(1e18))
+    with numpyro.plate("n", x.shape[0], subsample_size=4) as rows:
+        numpyro.sample("x", dist.Exponential(1.0 / m), obs=x[rows])
+
+
+@pytest.mark.filterwarnings("ignore::grepvi.errors.NotConvergedWarning")
+@pytest.mark.parametrize("widening", [True, False])
+def test_minibatch_vi_widens_too(widening, monkeypatch):
+    """A subsampled plate runs minibatch VI through its own step: it switches to the widened
+    gradient as the full-batch step does; without the widening the same run stalls."""
+    from grepvi.errors import NonFiniteStepWarning, NumericalError
+    from grepvi.inference import minibatch
+
+    x = np.asarray([3e-21, 5e-21, 2e-21, 4e-21, 1e-21, 6e-21, 3e-21, 2e-21], np.float32)
+    adapted = from_numpyro(tiny_mean_plate_model, x)
+    if not widening:  # the widened window then computes what the float32 one does
+        monkeypatch.setattr(minibatch, "widened_target", lambda target: target)
+        with warnings.catch_warnings(), pytest.raises(NumericalError, match="non-finite gradient"):
+            warnings.simplefilter("ignore", NonFiniteStepWarning)  # the stall's own summary
+            adapted.fit(progress=False, num_steps=3000)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NonFiniteStepWarning)
+        result = adapted.fit(progress=False, num_steps=3000)
+    assert int(result.run_state.controller.widened) == 1

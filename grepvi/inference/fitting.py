@@ -179,7 +179,7 @@ def setup(
         )
         stepper = average_estimates(estimator, draws_per_step(target.families, estimator))
         length = settings.window
-    step_fn, initial_loop, place, data = _step_and_state(
+    step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
         target, stepper, optimizer, key, init_params, data, batch_size, parallel, model
     )
     if check:
@@ -188,14 +188,9 @@ def setup(
     options = step_compiler_options(elements)
     window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed, compiler_options=options)
     widened_window = None
-    if batch_size is None and not parallel:  # compiled only if a run meets an overflow
-        widened = widened_target(target)
+    if widened_step_fn is not None:  # compiled only if a run meets an overflow
         widened_window = driver.make_window(
-            lambda state, data: step(state, widened, stepper, optimizer, data),
-            length,
-            keep_params,
-            track_mean=not fixed,
-            compiler_options=options,
+            widened_step_fn, length, keep_params, track_mean=not fixed, compiler_options=options
         )
     names = tuple(sorted(target.families))
     if fixed:
@@ -213,22 +208,31 @@ def setup(
 
 
 def _step_and_state(target, stepper, optimizer, key, init_params, data, batch_size, parallel, model):
-    """``(step_fn, initial loop state, placement or None, data)``: the plain step, minibatch VI
-    over ``model``'s rows, or the data-parallel step."""
+    """``(step_fn, initial loop state, placement or None, data, widened step_fn or None)``: the
+    plain step, minibatch VI over ``model``'s rows, or the data-parallel step, and the same
+    step with the gradient widened to float64 where float32 overflows (none for the
+    data-parallel step)."""
     if batch_size is not None:
         if parallel:
             raise ConfigError(
                 "parallel: minibatch VI runs on one device (give batch_size or parallel, not both)"
             )
-        step_fn, initial = _minibatch_step(model, target, stepper, optimizer, batch_size, key, init_params)
-        return step_fn, initial, None, data
+        step_fn, initial, widened_step_fn = _minibatch_step(
+            model, target, stepper, optimizer, batch_size, key, init_params
+        )
+        return step_fn, initial, None, data, widened_step_fn
     if parallel:
-        return _parallel_step(model, target, stepper, optimizer, key, init_params, data)
+        return (*_parallel_step(model, target, stepper, optimizer, key, init_params, data), None)
+
+    widened = widened_target(target)
 
     def step_fn(state, data):
         return step(state, target, stepper, optimizer, data)
 
-    return step_fn, init(key, target, optimizer, init_params), None, data
+    def widened_step_fn(state, data):
+        return step(state, widened, stepper, optimizer, data)
+
+    return step_fn, init(key, target, optimizer, init_params), None, data, widened_step_fn
 
 
 def _default_plan(target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget):
@@ -279,12 +283,15 @@ def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_p
     problem = minibatch.minibatch_problem(model, batch_size, target.families)
     names = sorted(target.families)
 
-    def step_fn(state, data):
-        new_state, info = minibatch.step(state, problem, estimator, optimizer, data)
-        nonfinite = jnp.broadcast_to(jnp.logical_not(info.finite), (len(names),))
-        return new_state, StepInfo(info.elbo, info.finite, nonfinite, {})
+    def step_fn_of(widened):
+        def step_fn(state, data):
+            new_state, info = minibatch.step(state, problem, estimator, optimizer, data, widened=widened)
+            nonfinite = jnp.broadcast_to(jnp.logical_not(info.finite), (len(names),))
+            return new_state, StepInfo(info.elbo, info.finite, nonfinite, {})
 
-    return step_fn, minibatch.init(key, problem, optimizer, init_params)
+        return step_fn
+
+    return step_fn_of(False), minibatch.init(key, problem, optimizer, init_params), step_fn_of(True)
 
 
 def fit(

@@ -48,6 +48,7 @@ import optax
 from grepvi.errors import ConfigError, ModelError
 from grepvi.estimators.base import Estimator
 from grepvi.inference.state import all_finite, initial_params, keep_if, materialize_gradient
+from grepvi.inference.widened_gradient import widened_target
 from grepvi.models.model import OBSERVATION_AXIS
 from grepvi.target import Target, bind_data
 
@@ -301,6 +302,7 @@ def step(
     optimizer,
     data=None,
     indices=None,
+    widened: bool = False,
 ) -> tuple[MinibatchState, MinibatchInfo]:
     """One minibatch iteration: draw rows, gather them, estimate, update globals and the batch's locals.
 
@@ -309,12 +311,15 @@ def step(
     random batch. A non-finite gradient or
     update is skipped, as in :func:`grepvi.inference.state.step`. For an estimator with its own
     families (ADVI), build the problem with ``families=estimator.adapt_families(...)``.
+    ``widened``: the batch's log density is differentiated in float64 where float32 overflows
+    (:mod:`grepvi.inference.widened_gradient`).
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
     if indices is None:
         indices = draw_rows(key_batch, problem.num_observations, problem.batch_size)
     data = problem.data if data is None else data
-    target = bind_data(batch_target(problem), batch_data(problem, data, indices))
+    batch = widened_target(batch_target(problem)) if widened else batch_target(problem)
+    target = bind_data(batch, batch_data(problem, data, indices))
     params = batch_params(problem, state.params, indices)
     grad, info = estimator.estimate(key_estimate, params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
