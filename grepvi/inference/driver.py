@@ -229,10 +229,10 @@ def run(
     ``widened_window``: the same window with the gradient widened to float64 where float32
     overflows (:mod:`grepvi.inference.widened_gradient`), compiled only for a run that needs
     it. The first window with a non-finite gradient (not a later trial candidate's) is run
-    again with it; where that skips
-    fewer steps, every later window is widened too, else the float32 window's outputs stand
-    and it is not tried again (the controller's ``widened``: 1 or -1, checkpointed). A widened
-    window is bitwise the float32 one at every step whose gradient was finite.
+    again with it; where that skips fewer steps, every later window is widened too, else the
+    float32 window's outputs stand and it is not tried again (the controller's ``widened``: 1
+    or -1, checkpointed). A widened window is bitwise the float32 one at every step whose
+    gradient was finite.
 
     Returns the final :class:`RunState` (its controller's ``reason`` says why it stopped).
     """
@@ -261,17 +261,13 @@ def run(
         if _may_widen(state, widened_window) and _nonfinite_steps(outputs):
             widened_window.compile(loop, data)
             again_start = clock()
-            again = widened_window(loop, data, active)
-            again_outputs = _host_outputs(again[2], active)
+            again_loop, again_mean, again_outputs = widened_window(loop, data, active)
+            again_outputs = _host_outputs(again_outputs, active)
             helped = _nonfinite_steps(again_outputs) < _nonfinite_steps(outputs)
             state = state._replace(widened=np.asarray(1 if helped else -1, np.int64))
-            if helped:
-                (new_loop, mean, _), outputs, window, window_start = (
-                    again,
-                    again_outputs,
-                    widened_window,
-                    again_start,
-                )
+            if helped:  # the widened window's outputs stand, and it runs from now on
+                new_loop, mean, outputs = again_loop, again_mean, again_outputs
+                window, window_start = widened_window, again_start
         seconds = clock() - window_start
         per_step = seconds / active
         ran = _Ran(

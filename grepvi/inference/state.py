@@ -84,7 +84,7 @@ def make_target(
 def check_target(target: Target, params: dict, data=None) -> None:
     """Evaluates the model once at the families' means; raises a clear ModelError if not fit,
     and warns (:class:`~grepvi.errors.FlatLatentWarning`) of a latent in which the model's
-    gradient is exactly zero at a draw of ``q``."""
+    gradient is identically zero (:func:`_flat_latents`)."""
     shapes = {name: family.shape for name, family in target.families.items()}
     try:
         value, local = _evaluate_once(target, params, data)

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grepvi.inference.state import all_finite
 from grepvi.target import Target
 
 __all__ = ["float64_where_float32_overflows", "widened_target"]
@@ -40,11 +41,6 @@ def _zero_cotangent(leaf):
     if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
         return jnp.zeros_like(leaf)
     return np.zeros(np.shape(leaf), jax.dtypes.float0)
-
-
-def _all_finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
 def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
@@ -76,7 +72,7 @@ def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
                     lambda grad, leaf: grad.astype(jnp.result_type(leaf)), wide_grads, latents
                 )
 
-        grads = jax.lax.cond(_all_finite(grads), lambda _: grads, in_float64, None)
+        grads = jax.lax.cond(all_finite(grads), lambda _: grads, in_float64, None)
         return grads, jax.tree_util.tree_map(_zero_cotangent, data)
 
     widened.defvjp(forward, backward)
