@@ -210,7 +210,7 @@ def _fake_run(
         for i, label in enumerate(("natural", "adam-0.1", "adam-1", "adam-0.01"))
     ]
     initial = _FakeState({"x": np.zeros(2, np.float32)}, jnp.int32(0), jax.random.key(0))
-    select = lambda state, i, rho: state._replace(rule=jnp.int32(i))
+    select = lambda state, i, rho, repeats=1: state._replace(rule=jnp.int32(i))
     settings = controller.AdaptiveSettings()
     plan = driver.Plan(settings, candidates, select, lambda p, d: 0.0, initial, 100, ("x",), fallback=1)
     steps = driver.trial_steps(settings, 100, 4, max_steps, time_budget)
@@ -311,7 +311,7 @@ def test_a_window_whose_mean_collapses_under_a_steady_median_is_a_fall():
         rng_key: jax.Array
 
     loop = State(params, jax.random.key(0))
-    select = lambda s, i, rho: s
+    select = lambda s, i, rho, repeats=1: s
     state = controller.init(loop, 1, 0.1)
     kwargs = dict(
         settings=controller.AdaptiveSettings(),
@@ -348,7 +348,7 @@ def test_a_healthy_heavy_tail_is_not_a_fall():
         settings=controller.AdaptiveSettings(),
         candidates=[rules.Candidate("adam-0.1", 0, 0.1)],
         initial_state=loop,
-        select=lambda s, i, rho: s,
+        select=lambda s, i, rho, repeats=1: s,
         distance=lambda p, d: 0.0,
     )
     rng = np.random.default_rng(1)

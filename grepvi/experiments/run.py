@@ -337,7 +337,9 @@ def _write_run(
                 raise
         directory.save_checkpoint(final, trace, identity, {})
     plan = prepared.plan
-    convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
+    convergence = controller.convergence(
+        final.controller, plan.candidates, plan.settings, plan.distance, plan.base_draws
+    )
     params = controller.answer(final.controller, final.loop, settings=plan.settings)
     interrupted = convergence.reason == "interrupted"
     adaptive = config.step_size is None

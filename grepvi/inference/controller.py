@@ -31,8 +31,21 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    ``10 / rho`` iterations; batch means give the Monte Carlo standard error, measured in the
    Fisher metric of ``q`` (posterior standard deviations).
 3. **Stages.** When the MCSE is below ``tolerance`` (or after ``max_batches`` batches), the
-   average is the stage's answer; two consecutive stages that agree within ``2 * tolerance``
-   end the run; otherwise ``rho`` is halved and a new stage starts from the average.
+   average is the stage's answer. A stage's average is biased by its step: to first order in
+   ``rho / D`` (``D`` gradient draws per step), as the stationary spread of constant-step
+   stochastic approximation is (Dieuleveut, Durmus & Bach 2020, Theorem 4: the averaged
+   iterate's bias is ``rho`` times a term linear in the gradient noise's covariance, which is
+   ``1 / D`` times one draw's). So when a stage at ``s_k = rho_k / D_k`` follows one at
+   ``s_{k-1}`` (ratio ``r = s_k / s_{k-1} < 1``), their change ``c`` estimates the last
+   stage's bias as ``c r / (1 - r)`` (``c`` itself when the step was halved); the run ends
+   when the last stage is known to ``tolerance`` and its bias so estimated is within
+   ``2 * tolerance``. Otherwise a new stage starts from the average with ``rho / D``
+   smaller: by **more draws per step** where a stage at the current draws would cost more
+   than its floor (the approach windows and ``min_batches`` batches): the same draws then buy
+   a stage at the floor with its bias divided by the factor (rat tumours: the stage needed
+   ~12,000 steps of 3 draws; 9 times the draws cost the same and take 8 of the 9 halvings'
+   worth of bias off), or by the factor the estimated bias asks for; else (or where the
+   draws are at their cap, :func:`grepvi.inference.fitting.max_repeats`) ``rho`` is halved.
 
 A fixed schedule (Eq. 9 or any optax optimizer) is the same state in the ``FIXED`` phase:
 it never changes the step. Everything here is host-side NumPy on the window's outputs: the
@@ -82,6 +95,8 @@ TAIL_FACTOR = 100.0  # a window's TAIL_QUANTILE this many magnitudes of the medi
 TAIL_QUANTILE = 0.05
 TREND_WINDOWS = 8
 TRIAL_CURVE = 16  # trial windows per candidate whose medians are kept (early stop of the trial)
+MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start its average
+EARLY_FACTOR = 4  # a stage that would cost this many floors at its draws ends at its first MCSE
 
 
 class AdaptiveSettings(NamedTuple):
@@ -135,9 +150,13 @@ class Convergence(NamedTuple):
         ended, the last change between stages (the current step's bias) with it (nan when
         no average was formed).
       stage_change: difference between the last two stage averages, same units (nan if fewer).
+      stage_bias: the last stage's bias estimated from that change (:func:`stage_bias`; the
+        change itself when the step was halved between them).
       averaged_iterations: iterations in the returned average (0: the last iterate).
       restarts: times a falling ELBO restored the best state and halved ``rho``.
       direction: the update rule kept (``"natural"`` or ``"adam-<learning rate>"``).
+      draws: gradient estimates averaged per step in the last stage (0: not the default
+        procedure's record).
       trial_elbos: each candidate's median ELBO over its last trial window.
       trial_note: how the rule was chosen (the trial's length, or why there was none).
     """
@@ -149,9 +168,11 @@ class Convergence(NamedTuple):
     step_size: float = math.nan
     accuracy: float = math.nan
     stage_change: float = math.nan
+    stage_bias: float = math.nan
     averaged_iterations: int = 0
     restarts: int = 0
     direction: str = ""
+    draws: int = 0
     trial_elbos: dict = {}
     trial_note: str = ""
 
@@ -159,8 +180,11 @@ class Convergence(NamedTuple):
         state = "converged" if self.converged else f"not converged ({self.reason})"
         return (
             f"{state} after {self.num_iterations} iterations, {self.num_stages} stage(s) of "
-            f"{self.direction or 'fixed'} steps; "
-            f"accuracy {self.accuracy:.2g} sd, stage change {self.stage_change:.2g} sd"
+            f"{self.direction or 'fixed'} steps"
+            + (f" ({self.draws} draws per step)" if self.draws else "")
+            + "; "
+            f"accuracy {self.accuracy:.2g} sd, stage change {self.stage_change:.2g} sd "
+            f"(bias {self.stage_bias:.2g} sd)"
         )
 
 
@@ -213,6 +237,10 @@ class ControllerState(NamedTuple):
     trial_curve: np.ndarray  # (2, TRIAL_CURVE) the running candidate's window medians and SEs
     leader_curve: np.ndarray  # (2, TRIAL_CURVE) the leader's, at the same numbers of steps
     widened: np.ndarray  # gradients widened to float64 where float32 overflows: 1 on, 0 untried, -1 no help
+    repeats: np.ndarray  # repeats of the step's gradient estimates (the draws per step over the base)
+    previous_scale: np.ndarray  # rho / repeats of the previous stage (nan: none)
+    previous_accuracy: np.ndarray  # the previous stage's MCSE (sd)
+    stage_bias: np.ndarray  # the last stage's bias estimated from the change (sd; nan: none)
 
 
 def _i(value) -> np.ndarray:
@@ -280,6 +308,10 @@ def init(
         trial_curve=np.full((2, TRIAL_CURVE), np.nan),
         leader_curve=np.full((2, TRIAL_CURVE), np.nan),
         widened=_i(0),
+        repeats=_i(1),
+        previous_scale=_f(np.nan),
+        previous_accuracy=_f(np.nan),
+        stage_bias=_f(np.nan),
     )
 
 
@@ -404,6 +436,7 @@ def update(
     select,
     distance,
     latent_names=(),
+    max_repeats: int = 1,
 ) -> tuple[ControllerState, Any]:
     """The procedure's decision after a window: ``(controller state, loop state to run next)``.
 
@@ -415,6 +448,8 @@ def update(
       select: ``(loop state, candidate index, step size) -> loop state`` (sets the rule).
       distance: ``(params, delta) -> float``, the Fisher-metric length of ``delta`` at
         ``params`` in posterior standard deviations.
+      max_repeats: the most repeats of the step's gradient estimates a stage may set (1: the
+        draws per step never change).
     """
     window = summarize(summary)
     state = state._replace(iterations=_i(int(state.iterations) + window.steps))
@@ -433,7 +468,9 @@ def update(
         )
     if phase == TRIAL:
         return _trial_update(state, window, loop_state, candidates, initial_state, select, settings.window)
-    return _stage_update(state, window, summary, loop_state, settings, candidates, select, distance)
+    return _stage_update(
+        state, window, summary, loop_state, settings, candidates, select, distance, max_repeats
+    )
 
 
 def _fixed_update(state, summary, latent_names):
@@ -512,8 +549,9 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
     return _new_stage_statistics(state), start
 
 
-def _stage_update(state, window, summary, loop_state, settings, candidates, select, distance):
+def _stage_update(state, window, summary, loop_state, settings, candidates, select, distance, max_repeats=1):
     rho = float(state.step_size)
+    repeats = int(state.repeats)
     base = candidates[int(state.candidate)].step_size if candidates else rho
     best = float(state.best_elbo)
     fell = (
@@ -524,7 +562,9 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     mean_params = _as_host(summary.mean_params)
     if fell and rho > base * 2.0**-12:
         rho /= 2.0
-        restored = select(state.best_state, int(state.candidate), rho)._replace(rng_key=loop_state.rng_key)
+        restored = select(state.best_state, int(state.candidate), rho, repeats)._replace(
+            rng_key=loop_state.rng_key
+        )
         state = state._replace(phase=_i(APPROACH), step_size=_f(rho), restarts=_i(int(state.restarts) + 1))
         return _new_stage_statistics(state), restored
     if window.median > best:
@@ -539,7 +579,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         count += 1
         state = state._replace(medians=medians, num_medians=_i(count))
         t = elbo_trend_t(medians[-min(count, TREND_WINDOWS) :])
-        if count >= 4 and t < 2.0:
+        if count >= MIN_APPROACH_WINDOWS and t < 2.0:
             state = _new_stage_statistics(state)._replace(phase=_i(AVERAGE))
         return state, loop_state
     # AVERAGE
@@ -556,31 +596,86 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     accuracy = distance(state.mean, _standard_error(state))
     state = state._replace(accuracy=_f(accuracy))
     accurate = accuracy <= settings.tolerance
-    if not (accurate or int(state.batches) >= settings.max_batches):
+    costly = (
+        not accurate and _draws_factor(state, rho, math.nan, settings, max_repeats // repeats) >= EARLY_FACTOR
+    )
+    if not (accurate or costly or int(state.batches) >= settings.max_batches):
         return state, loop_state
-    # A stage ends when its average is known to the tolerance, or after max_batches batches:
-    # a step too large for the noise is halved rather than averaged for ever; only an accurate
-    # stage can end the run.
+    # A stage ends when its average is known to the tolerance, or after max_batches batches
+    # (a step too large for the noise is not averaged for ever), or as soon as its MCSE says
+    # that at these draws it would cost EARLY_FACTOR floors (the next stage, at that many
+    # times the draws, costs one; this one's error reaches the next one's bias estimate
+    # divided by the factor). Only an accurate stage can end the run.
     average = state.mean
+    scale = rho / repeats
+    bias = math.nan
     if bool(state.has_previous):
         change = distance(average, jax.tree_util.tree_map(np.subtract, average, state.previous))
-        state = state._replace(stage_change=_f(change))
-        if accurate and change <= 2.0 * settings.tolerance:
+        ratio = scale / float(state.previous_scale)
+        bias = stage_bias(change, ratio)
+        state = state._replace(stage_change=_f(change), stage_bias=_f(bias))
+        # the previous stage's own error enters the estimate times ratio / (1 - ratio)
+        settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * settings.tolerance
+        if accurate and settled and bias <= 2.0 * settings.tolerance:
             params = _cast_like(average, loop_state.params)
             return state._replace(reason=_i(REASONS.index("converged"))), loop_state._replace(params=params)
-    rho /= 2.0
+    factor = _draws_factor(state, rho, bias, settings, max_repeats // repeats)
+    if factor > 1:
+        repeats *= factor
+    else:
+        rho /= 2.0
     params = _cast_like(average, loop_state.params)
-    next_state = select(loop_state._replace(params=params), int(state.candidate), rho)
+    next_state = select(loop_state._replace(params=params), int(state.candidate), rho, repeats)
     state = state._replace(
         previous=average,
         has_previous=np.asarray(True),
+        previous_scale=_f(scale),
+        previous_accuracy=_f(accuracy),
         stage=_i(int(state.stage) + 1),
         step_size=_f(rho),
+        repeats=_i(repeats),
         phase=_i(APPROACH),
         best_elbo=_f(-np.inf),
         best_state=next_state,
     )
     return _new_stage_statistics(state), next_state
+
+
+def stage_bias(change: float, ratio: float) -> float:
+    """The bias of a stage's average estimated from its ``change`` from the previous stage's,
+    where the stage's ``rho / D`` is ``ratio`` times the previous one's.
+
+    To first order the bias is proportional to ``rho / D``: the previous stage's is
+    ``b / ratio``, so ``change = b (1 / ratio - 1)`` and ``b = change ratio / (1 - ratio)``
+    (``change`` itself when the step was halved). ``inf`` unless ``0 < ratio < 1``."""
+    if not 0.0 < ratio < 1.0:
+        return math.inf
+    return change * ratio / (1.0 - ratio)
+
+
+def _draws_factor(state: ControllerState, rho: float, bias: float, settings, room: int) -> int:
+    """By how much the next stage multiplies the draws per step (1: it halves ``rho``).
+
+    The stage just ended averaged ``batches`` batches to an MCSE of ``accuracy``; at the same
+    draws, ``tolerance`` needs ``steps (accuracy / tolerance)^2`` steps. Where that is ``f``
+    times a stage's floor (``MIN_APPROACH_WINDOWS`` windows and ``min_batches`` batches), ``f``
+    times the draws cost no more and divide the bias by ``f``. Where the bias is estimated
+    (a previous stage), the factor that brings it to ``tolerance`` is taken if larger. Only
+    factors of 2 or more replace a halving of ``rho``; at most ``room``.
+    """
+    if room < 2:
+        return 1
+    window = settings.window
+    batch = _batch_windows_needed(rho, window) * window
+    steps = int(state.batches) * batch
+    accuracy = float(state.accuracy)
+    needed = steps * (accuracy / settings.tolerance) ** 2 if math.isfinite(accuracy) else 0.0
+    floor = MIN_APPROACH_WINDOWS * window + settings.min_batches * batch
+    factor = needed / floor
+    if math.isfinite(bias):
+        factor = max(factor, bias / settings.tolerance)
+    factor = int(min(factor, room))
+    return factor if factor >= 2 else 1
 
 
 def _cast_like(tree, like):
@@ -613,9 +708,10 @@ def _converged(state: ControllerState) -> bool:
 
 
 def convergence(
-    state: ControllerState, candidates, settings: AdaptiveSettings | None, distance=None
+    state: ControllerState, candidates, settings: AdaptiveSettings | None, distance=None, base_draws: int = 1
 ) -> Convergence:
-    """The :class:`Convergence` record of a finished (or stopped) run."""
+    """The :class:`Convergence` record of a finished (or stopped) run (``base_draws``:
+    gradient estimates per repeat of the step)."""
     reason = REASONS[int(state.reason)] or "interrupted"
     iterations = int(state.iterations)
     if int(state.phase) == FIXED:
@@ -634,11 +730,11 @@ def convergence(
     elif int(state.phase) == AVERAGE and int(state.batches):
         averaged = int(state.batches) * batch
         accuracy = distance(state.mean, _standard_error(state)) if int(state.batches) > 1 else math.nan
-    if not _converged(state) and bool(state.has_previous) and math.isfinite(float(state.stage_change)):
-        # A stage's average is biased by its step; halving the step halves the bias, so the
-        # last change between stages is the current stage's bias: reported with the MCSE
-        # (rat tumours stopped at 30 s: MCSE 0.0072 sd, 0.0109 sd from the converged answer).
-        accuracy = math.hypot(accuracy if math.isfinite(accuracy) else 0.0, float(state.stage_change))
+    if not _converged(state) and bool(state.has_previous) and math.isfinite(float(state.stage_bias)):
+        # A stage's average is biased by its step: the last stage's bias, estimated from the
+        # change between the last two stages (stage_bias), is reported with the MCSE (rat
+        # tumours stopped at 30 s: MCSE 0.0072 sd, 0.0109 sd from the converged answer).
+        accuracy = math.hypot(accuracy if math.isfinite(accuracy) else 0.0, float(state.stage_bias))
     labels = [c.label for c in candidates]
     scores = {
         label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)
@@ -653,9 +749,11 @@ def convergence(
         step_size=rho,
         accuracy=nan_safe(accuracy),
         stage_change=nan_safe(float(state.stage_change)),
+        stage_bias=nan_safe(float(state.stage_bias)),
         averaged_iterations=averaged,
         restarts=int(state.restarts),
         direction=kept,
+        draws=int(base_draws) * int(state.repeats),
         trial_elbos=scores,
         trial_note=_trial_note(state, labels, kept),
     )

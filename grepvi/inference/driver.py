@@ -92,7 +92,8 @@ class WindowEvent(NamedTuple):
 
 class Plan(NamedTuple):
     """The static parts of a run: the procedure's settings and candidates, how to set a rule
-    in a loop state, the Fisher-metric distance, the start every candidate shares."""
+    in a loop state (``select(loop, candidate, step_size, repeats=1)``), the Fisher-metric
+    distance, the start every candidate shares."""
 
     settings: controller.AdaptiveSettings | None
     candidates: Sequence
@@ -103,6 +104,8 @@ class Plan(NamedTuple):
     latent_names: tuple = ()
     fallback: int = 0
     place: Callable | None = None  # lays a loop state out over a device mesh (data parallel)
+    max_repeats: int = 1  # the most repeats of a step's gradient estimates the controller may set
+    base_draws: int = 1  # gradient estimates in one repeat
 
 
 def make_window(
@@ -246,12 +249,13 @@ def run(
         window = widened_window
     window.compile(loop, data)
     window(loop, data, 0)  # the first call's own costs (allocation, dispatch) off the probe
-    per_step = None
+    per_step = None  # seconds per step of the last window, per repeat of its estimates
     while not int(state.reason):
         elapsed = clock() - start
         reason = _cap_reached(state, max_steps, time_budget, elapsed, observers)
         probing = int(state.phase) == controller.TRIAL and int(state.trial_steps) < 0
-        active = _window_length(state, plan, probing, max_steps, time_budget, elapsed, per_step)
+        step_seconds = None if per_step is None else per_step * int(state.repeats)
+        active = _window_length(state, plan, probing, max_steps, time_budget, elapsed, step_seconds)
         if reason or active == 0:
             state = controller.finish(state, reason or "time_budget")
             break
@@ -269,7 +273,7 @@ def run(
                 new_loop, mean, outputs = again_loop, again_mean, again_outputs
                 window, window_start = widened_window, again_start
         seconds = clock() - window_start
-        per_step = seconds / active
+        per_step = seconds / active / int(state.repeats)
         ran = _Ran(
             int(state.iterations),
             int(state.phase),
@@ -286,7 +290,7 @@ def run(
             raise
         if probing:
             state, next_loop = _size_trial(
-                state, next_loop, plan, time_budget, max_steps, clock() - start, per_step
+                state, next_loop, plan, time_budget, max_steps, clock() - start, per_step * int(state.repeats)
             )
         wall = clock() - start
         _notify(observers, _event(ran, outputs, RunState(next_loop, state, np.float64(wall)), loop, seconds))
@@ -352,6 +356,7 @@ def _decide(state, summary, new_loop, plan):
         select=plan.select,
         distance=plan.distance,
         latent_names=plan.latent_names,
+        max_repeats=plan.max_repeats,
     )
 
 

@@ -94,6 +94,20 @@ def draws_per_step(families: dict, estimator: Estimator) -> int:
     return int(max(1, min(64, 256 // max(1, elements * own))))
 
 
+MAX_DRAW_ELEMENTS = 16_384  # latent elements x draws per step up to which the draws may grow
+MAX_REPEATS = 64
+
+
+def max_repeats(families: dict, estimator: Estimator, draws: int) -> int:
+    """How many times the default procedure may repeat a step's ``draws`` estimates (it raises
+    them between stages: :mod:`grepvi.inference.controller`): up to ``MAX_REPEATS``, while
+    (latent elements x the estimator's own draws x ``draws`` x repeats) stays within
+    ``MAX_DRAW_ELEMENTS``. Large models get 1 (their step is never repeated, nor looped)."""
+    elements = sum(int(np.prod(family.shape)) for family in families.values())
+    own = int(estimator.options.get("num_samples", 1)) + int(estimator.options.get("num_control_samples", 0))
+    return int(max(1, min(MAX_REPEATS, MAX_DRAW_ELEMENTS // max(1, elements * own * draws))))
+
+
 def average_estimates(estimator: Estimator, count: int) -> Estimator:
     """``estimator`` averaged over ``count`` independent calls (itself when ``count == 1``)."""
     from grepvi.estimators.grep import multi_sample
@@ -177,10 +191,13 @@ def setup(
         optimizer, candidates = rules.default_candidates(
             target.families, settings.step_size, settings.max_kl, settings.adam_step_size
         )
-        stepper = average_estimates(estimator, draws_per_step(target.families, estimator))
+        draws = draws_per_step(target.families, estimator)
+        stepper = average_estimates(estimator, draws)
         length = settings.window
+    repeatable = not fixed and batch_size is None and not parallel
+    most_repeats = max_repeats(target.families, estimator, draws) if repeatable else 1
     step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
-        target, stepper, optimizer, key, init_params, data, batch_size, parallel, model
+        target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, most_repeats > 1
     )
     if check:
         check_target(target, initial_loop.params, data)
@@ -196,22 +213,26 @@ def setup(
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
         plan = driver.Plan(
-            None, (), lambda loop, i, rho: loop, None, initial_loop, length, names, place=place
+            None, (), lambda loop, i, rho, repeats=1: loop, None, initial_loop, length, names, place=place
         )
         initial = driver.RunState(initial_loop, state, np.float64(0.0))
         return Setup(window, plan, initial, data, target, estimator, True, widened_window)
     plan, state, start = _default_plan(
         target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
     )
+    plan = plan._replace(max_repeats=most_repeats, base_draws=draws)
     initial = driver.RunState(start, state, np.float64(0.0))
     return Setup(window, plan, initial, data, target, estimator, False, widened_window)
 
 
-def _step_and_state(target, stepper, optimizer, key, init_params, data, batch_size, parallel, model):
+def _step_and_state(
+    target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, repeated=False
+):
     """``(step_fn, initial loop state, placement or None, data, widened step_fn or None)``: the
     plain step, minibatch VI over ``model``'s rows, or the data-parallel step, and the same
     step with the gradient widened to float64 where float32 overflows (none for the
-    data-parallel step)."""
+    data-parallel step). ``repeated``: the plain step averages the number of estimates its
+    optimizer state says (:func:`grepvi.inference.rules.repeats`)."""
     if batch_size is not None:
         if parallel:
             raise ConfigError(
@@ -226,11 +247,14 @@ def _step_and_state(target, stepper, optimizer, key, init_params, data, batch_si
 
     widened = widened_target(target)
 
+    def repeats_of(state):
+        return rules.repeats(state.opt_state) if repeated else None
+
     def step_fn(state, data):
-        return step(state, target, stepper, optimizer, data)
+        return step(state, target, stepper, optimizer, data, repeats_of(state))
 
     def widened_step_fn(state, data):
-        return step(state, widened, stepper, optimizer, data)
+        return step(state, widened, stepper, optimizer, data, repeats_of(state))
 
     return step_fn, init(key, target, optimizer, init_params), None, data, widened_step_fn
 
@@ -238,7 +262,7 @@ def _step_and_state(target, stepper, optimizer, key, init_params, data, batch_si
 def _default_plan(target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget):
     """The default procedure's plan, controller state and first loop state (the fallback rule
     where too few steps fit a trial)."""
-    select = lambda loop, i, rho: rules.select(loop, candidates[i].index, rho)
+    select = lambda loop, i, rho, repeats=1: rules.select(loop, candidates[i].index, rho, repeats)
     fallback = next(
         (i for i, c in enumerate(candidates) if c.label == f"adam-{settings.adam_step_size:g}"), 0
     )
@@ -461,7 +485,9 @@ def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver
     """The :class:`FitResult` of a finished run (warning where it did not converge or skipped
     steps)."""
     plan, target = prepared.plan, prepared.target
-    convergence = controller.convergence(final.controller, plan.candidates, plan.settings, plan.distance)
+    convergence = controller.convergence(
+        final.controller, plan.candidates, plan.settings, plan.distance, plan.base_draws
+    )
     params = controller.answer(final.controller, final.loop, settings=plan.settings)
     arrays = trace.arrays()
     extras = {k: v for k, v in arrays.items() if k not in ("iteration", "wall_time", "elbo")}

@@ -3,10 +3,12 @@
 The default procedure tries several update rules from the same start and keeps the best
 (:mod:`grepvi.inference.controller`). Each rule is an optax-style transformation whose step size is an
 argument of its update, so that every rule and every step size live in one optimizer state,
-:class:`SwitchState`: the index of the rule in use, its step size, and the inner state of
-every rule. :func:`switch` applies the selected rule with ``lax.switch`` (only that branch
-runs), so changing the rule or the step size changes arrays of the state, never the program:
-the trial, the stages and the final answer run in one compilation.
+:class:`SwitchState`: the index of the rule in use, its step size, how many times the step's
+gradient estimate is drawn and averaged (``repeats``, read by the step: see
+:func:`grepvi.inference.state.step`), and the inner state of every rule. :func:`switch`
+applies the selected rule with ``lax.switch`` (only that branch runs), so changing the rule,
+the step size or the draws changes arrays of the state, never the program: the trial, the
+stages and the final answer run in one compilation.
 
 * ``natural``: natural-gradient steps with a KL trust region
   (:func:`grepvi.optim.natural_gradient.natural_gradient`), for families with a closed-form Fisher
@@ -34,6 +36,7 @@ __all__ = [
     "switch",
     "select",
     "selected",
+    "repeats",
     "default_candidates",
     "ADAM_TRIAL_FACTORS",
 ]
@@ -52,12 +55,14 @@ class Rule(NamedTuple):
 
 
 class SwitchState(NamedTuple):
-    """The optimizer state of :func:`switch`: which rule runs, at which step size, and the
-    inner state of every rule (only the selected one changes in a step)."""
+    """The optimizer state of :func:`switch`: which rule runs, at which step size, with how
+    many repeats of the gradient estimate per step, and the inner state of every rule (only
+    the selected one changes in a step)."""
 
     index: jax.Array  # int32
     step_size: jax.Array  # float32
     inner: tuple
+    repeats: jax.Array = 1  # int32: gradient estimates averaged per step (the update ignores it)
 
 
 class Candidate(NamedTuple):
@@ -105,6 +110,7 @@ def switch(rules: Sequence[Rule], index: int = 0, step_size: float = 0.1) -> opt
             index=jnp.asarray(index, jnp.int32),
             step_size=jnp.asarray(step_size, jnp.float32),
             inner=tuple(rule.init(params) for rule in rules),
+            repeats=jnp.ones((), jnp.int32),
         )
 
     def update_fn(updates, state, params=None):
@@ -130,18 +136,29 @@ def _is_switch(node) -> bool:
     return isinstance(node, SwitchState)
 
 
-def select(tree: Any, index: int, step_size: float) -> Any:
+def select(tree: Any, index: int, step_size: float, repeats: int = 1) -> Any:
     """``tree`` (a state holding one or more :class:`SwitchState`) with every switch set to
-    rule ``index`` at ``step_size``."""
+    rule ``index`` at ``step_size``, averaging ``repeats`` gradient estimates per step."""
 
     def set_one(node):
         if not _is_switch(node):
             return node
         return node._replace(
-            index=jnp.asarray(index, jnp.int32), step_size=jnp.asarray(step_size, jnp.float32)
+            index=jnp.asarray(index, jnp.int32),
+            step_size=jnp.asarray(step_size, jnp.float32),
+            repeats=jnp.asarray(repeats, jnp.int32),
         )
 
     return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
+
+
+def repeats(tree: Any):
+    """The ``repeats`` array of the first :class:`SwitchState` in ``tree`` (traceable; None
+    if there is none)."""
+    for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
+        if _is_switch(node):
+            return node.repeats
+    return None
 
 
 def selected(tree: Any) -> tuple[int, float] | None:

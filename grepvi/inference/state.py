@@ -33,6 +33,7 @@ __all__ = [
     "all_finite",
     "keep_if",
     "materialize_gradient",
+    "repeated_estimate",
 ]
 
 
@@ -276,13 +277,51 @@ def materialize_gradient(grad, predicate):
     )
 
 
+def repeated_estimate(estimate, repeats):
+    """``estimate(key, params, target)`` averaged over ``repeats`` independent calls, where
+    ``repeats`` is an array of the state (a dynamic trip count: one program for every number).
+
+    The ``i``-th call draws from ``fold_in(key, i)``, the first from ``key`` itself, so one
+    repeat is the plain estimate, bitwise. Floating outputs are averaged; others are the last
+    call's.
+    """
+
+    def draw(i, key, params, target):
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            data = jax.random.key_data(key)
+            folded = jax.random.key_data(jax.random.fold_in(key, i))
+            key_i = jax.random.wrap_key_data(jnp.where(i == 0, data, folded), impl=jax.random.key_impl(key))
+        else:
+            key_i = jnp.where(i == 0, key, jax.random.fold_in(key, i))
+        return estimate(key_i, params, target)
+
+    def run(key, params, target):
+        shapes = jax.eval_shape(lambda: draw(jnp.int32(0), key, params, target))
+        zeros = jax.tree_util.tree_map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), shapes)
+
+        def body(i, total):
+            out = draw(i, key, params, target)
+            return jax.tree_util.tree_map(
+                lambda t, x: t + x if jnp.issubdtype(x.dtype, jnp.inexact) else x, total, out
+            )
+
+        total = jax.lax.fori_loop(jnp.int32(0), jnp.asarray(repeats, jnp.int32), body, zeros)
+        return jax.tree_util.tree_map(
+            lambda t: t / jnp.asarray(repeats, t.dtype) if jnp.issubdtype(t.dtype, jnp.inexact) else t, total
+        )
+
+    return run
+
+
 def step(
-    state: VIState, target: Target, estimator: Estimator, optimizer, data=None
+    state: VIState, target: Target, estimator: Estimator, optimizer, data=None, repeats=None
 ) -> tuple[VIState, StepInfo]:
     """One iteration of Algorithm 1: estimate, guard, update.
 
     ``data``: the data pytree of a target with ``takes_data`` (an argument of the compiled
-    program, never a constant of it).
+    program, never a constant of it). ``repeats``: an int array of the state (the default
+    procedure's :func:`grepvi.inference.rules.repeats`): the gradient is the average of that
+    many estimates (:func:`repeated_estimate`); None: one.
 
     A gradient with any non-finite component is not applied (the parameters and optimizer
     state stay as they were); ``StepInfo.nonfinite_latents`` says which latent had it, and
@@ -290,7 +329,8 @@ def step(
     """
     target = bind_data(target, data)
     rng_key, key = jax.random.split(state.rng_key)
-    grad, info = estimator.estimate(key, state.params, target)
+    estimate = estimator.estimate if repeats is None else repeated_estimate(estimator.estimate, repeats)
+    grad, info = estimate(key, state.params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
     names = sorted(target.families)
     nonfinite = jnp.stack(
