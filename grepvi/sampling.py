@@ -62,6 +62,13 @@ float32 (``2^-52`` in float64), so ``log u`` is never ``-inf``: ``-log u`` is ca
 probability ``6e-8`` (``1e-16``). ``log z`` is finite for every ``alpha`` down to about
 ``1e-37`` in float32.
 
+One draw for every latent (:func:`with_one_gamma_draw`): a model's gamma, beta and Dirichlet
+latents each call :func:`log_gamma` (a beta twice), and each call is a copy of the sampler
+in the step's program. Their requests are gathered and drawn by one call over the
+concatenated shapes: the same distribution (each element's draw is its own), one copy of the
+sampler to compile and one set of kernels to run (rat tumours, two betas and a gamma: five
+copies before).
+
 References:
   G. Marsaglia and W. W. Tsang, "A simple method for generating gamma variables",
   ACM Transactions on Mathematical Software 26(3), 363-372, 2000.
@@ -69,6 +76,7 @@ References:
   NeurIPS 2016.
 """
 
+import contextvars
 import functools
 import math
 
@@ -78,7 +86,7 @@ import numpy as np
 
 from grepvi.errors import ConfigError
 
-__all__ = ["log_gamma", "log_gamma_reference"]
+__all__ = ["log_gamma", "log_gamma_reference", "with_one_gamma_draw"]
 
 # Below this |y| the acceptance exponent uses its series (see _log1p_remainder).
 _SERIES_THRESHOLD = 0.1
@@ -127,7 +135,80 @@ def log_gamma(rng_key, shape, sample_shape=(), dtype=None, num_proposals=4):
         raise ConfigError(f"num_proposals must be a positive integer, got {num_proposals!r}")
     shape = jax.lax.stop_gradient(jnp.asarray(shape, dtype))
     sample_shape = tuple(int(size) for size in sample_shape)
+    gathered = _GATHERED.get()
+    if gathered is not None:
+        return gathered.request(shape, sample_shape, int(num_proposals))
     return _log_gamma(rng_key, shape, sample_shape, int(num_proposals))
+
+
+class _Gathered:
+    """The :func:`log_gamma` requests of one call of ``fn`` in :func:`with_one_gamma_draw`:
+    recorded (answered with zeros), then served from one draw, in the same order."""
+
+    def __init__(self, served=None):
+        self.requests = []
+        self.served = served
+
+    def request(self, shape, sample_shape, num_proposals):
+        out_shape = sample_shape + shape.shape
+        if self.served is None:
+            self.requests.append((shape, sample_shape, num_proposals))
+            return jnp.zeros(out_shape, shape.dtype)
+        index = len(self.requests)
+        self.requests.append(None)
+        if index >= len(self.served) or self.served[index].shape != out_shape:
+            raise RuntimeError("with_one_gamma_draw: fn made different log_gamma calls on its second run")
+        return self.served[index]
+
+    def draw(self, rng_key):
+        """Every recorded request from one call of the sampler per dtype and proposal count."""
+        groups = {}
+        for index, (shape, _, num_proposals) in enumerate(self.requests):
+            groups.setdefault((shape.dtype, num_proposals), []).append(index)
+        served = [None] * len(self.requests)
+        for key, ((_, num_proposals), indices) in zip(
+            jax.random.split(rng_key, len(groups)), groups.items(), strict=True
+        ):
+            flats = [
+                jnp.broadcast_to(self.requests[i][0], self.requests[i][1] + self.requests[i][0].shape).ravel()
+                for i in indices
+            ]
+            drawn = _log_gamma(key, jnp.concatenate(flats), (), num_proposals)
+            offset = 0
+            for i, flat in zip(indices, flats, strict=True):
+                shape, sample_shape, _ = self.requests[i]
+                served[i] = drawn[offset : offset + flat.size].reshape(sample_shape + shape.shape)
+                offset += flat.size
+        return served
+
+
+_GATHERED = contextvars.ContextVar("grepvi_gathered_log_gammas", default=None)
+
+
+def with_one_gamma_draw(fn, rng_key):
+    """``fn(key)`` with every :func:`log_gamma` call it makes drawn by one call of the sampler.
+
+    ``fn`` runs twice: first to record its requests (each answered with zeros; under ``jit``
+    what it computed from them is dead code), then with each request served its slice of one
+    draw over all of them. Draws are as independent as separate calls' (each element is its
+    own). With fewer than two requests ``fn(rng_key)`` runs as it is. ``fn`` must make the
+    same calls both times (a pure function of its key and closed-over arrays).
+    """
+    recorder = _Gathered()
+    token = _GATHERED.set(recorder)
+    try:
+        fn(rng_key)
+    finally:
+        _GATHERED.reset(token)
+    if len(recorder.requests) < 2:
+        return fn(rng_key)
+    gamma_key, key = jax.random.split(rng_key)
+    server = _Gathered(recorder.draw(gamma_key))
+    token = _GATHERED.set(server)
+    try:
+        return fn(key)
+    finally:
+        _GATHERED.reset(token)
 
 
 def log_gamma_reference(rng_key, shape, sample_shape=()):

@@ -185,3 +185,79 @@ def test_small_path_fallback_when_every_proposal_is_rejected():
     x = np.sqrt(2) * special.erfinv(2 * 0.9 - 1)
     expected = np.log(d) + 3 * np.log1p(x / np.sqrt(9 * d))
     np.testing.assert_allclose(np.asarray(log_g), expected, rtol=1e-5)
+
+
+def _gathered_draws(seed):
+    """Three requests gathered by ``with_one_gamma_draw`` (two small shapes and a scalar one),
+    as float64 numpy, from ``NUM_SAMPLES`` draws each."""
+    alphas = (jnp.full((3,), 0.1, jnp.float32), jnp.asarray([2.5, 10.0], jnp.float32), jnp.float32(1.0))
+
+    def fn(key):
+        keys = jax.random.split(key, len(alphas))
+        return [log_gamma(k, a, (NUM_SAMPLES,)) for k, a in zip(keys, alphas, strict=True)]
+
+    key = jax.random.fold_in(jax.random.key(20261127), seed)
+    return alphas, [np.asarray(x, np.float64) for x in jax.jit(lambda k: sampling.with_one_gamma_draw(fn, k))(key)]
+
+
+def test_gathered_draws_have_each_requests_distribution():
+    """Each request's slice of the one draw is log-gamma at its own shape: the mean is
+    psi(alpha) and the variance psi_1(alpha) within 5 MCSE, and KS accepts, per element."""
+    alphas, draws = _gathered_draws(0)
+    for alpha, log_z in zip(alphas, draws, strict=True):
+        assert log_z.shape == (NUM_SAMPLES, *np.shape(alpha))
+        flat_alpha = np.ravel(np.asarray(alpha, np.float64))
+        for column, a in zip(log_z.reshape(NUM_SAMPLES, -1).T, flat_alpha, strict=True):
+            mean_se = np.sqrt(special.polygamma(1, a) / NUM_SAMPLES)
+            assert abs(column.mean() - special.digamma(a)) < MAX_STANDARD_ERRORS * mean_se
+            fourth = special.polygamma(3, a) + 3 * special.polygamma(1, a) ** 2  # 4th central moment
+            var_se = np.sqrt((fourth - special.polygamma(1, a) ** 2) / NUM_SAMPLES)
+            assert abs(column.var() - special.polygamma(1, a)) < MAX_STANDARD_ERRORS * var_se
+            assert _ks_p_value(column, a) > KS_MIN_P_VALUE
+
+
+def test_gathered_draws_are_independent_across_requests_and_elements():
+    """No two elements of the one draw are correlated (|r| < 5 / sqrt(n) for every pair)."""
+    _, draws = _gathered_draws(1)
+    columns = np.concatenate([d.reshape(NUM_SAMPLES, -1) for d in draws], axis=1)
+    corr = np.corrcoef(columns.T)
+    off_diagonal = corr[~np.eye(corr.shape[0], dtype=bool)]
+    assert np.max(np.abs(off_diagonal)) < 5.0 / np.sqrt(NUM_SAMPLES)
+
+
+def _bit_draws(jaxpr) -> int:
+    """Calls of the bit generator in a jaxpr, nested programs included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("random_bits", "threefry2x32"):
+            count += 1
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", None)
+            if inner is not None:
+                count += _bit_draws(getattr(inner, "jaxpr", inner))
+    return count
+
+
+def test_every_latent_is_drawn_by_one_call_of_the_sampler():
+    """A model with two betas and a gamma (five log-gamma requests) calls the bit generator
+    once for all of them (one copy of the sampler in the step's program), not five times."""
+    from grepvi.estimators.base import sample_standardized
+    from grepvi.families.beta import Beta
+    from grepvi.families.gamma import Gamma
+
+    families = {"a": Beta(shape=(4,)), "b": Beta(), "c": Gamma(shape=(2,))}
+    params = {name: family.init_params(jax.random.key(0)) for name, family in families.items()}
+    jaxpr = jax.make_jaxpr(lambda key: sample_standardized(key, params, families))(jax.random.key(1)).jaxpr
+    assert _bit_draws(jaxpr) == 1
+    one = jax.make_jaxpr(lambda key: log_gamma(key, jnp.ones(3)))(jax.random.key(1)).jaxpr
+    assert _bit_draws(one) == 1
+
+
+def test_with_one_gamma_draw_refuses_a_function_that_changes_its_calls():
+    calls = iter([2, 3])
+
+    def fn(key):
+        return [log_gamma(key, jnp.ones(2)) for _ in range(next(calls))]
+
+    with pytest.raises(RuntimeError, match="different log_gamma calls"):
+        sampling.with_one_gamma_draw(fn, jax.random.key(0))

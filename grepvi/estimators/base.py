@@ -89,12 +89,18 @@ def get_estimator(name_or_estimator, **options) -> Estimator:
 
 
 def sample_standardized(rng_key, params, families, sample_shape=()):
-    """One standardized draw ``eps = T^{-1}(z; v)`` per latent, no gradient."""
-    keys = jax.random.split(rng_key, len(families))
-    return {
-        name: family.sample_standardized(params[name], key, sample_shape)
-        for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
-    }
+    """One standardized draw ``eps = T^{-1}(z; v)`` per latent, no gradient; the gamma draws of
+    every latent from one call of the sampler (:func:`grepvi.sampling.with_one_gamma_draw`)."""
+    from grepvi.sampling import with_one_gamma_draw
+
+    def draw(key):
+        keys = jax.random.split(key, len(families))
+        return {
+            name: family.sample_standardized(params[name], key, sample_shape)
+            for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
+        }
+
+    return with_one_gamma_draw(draw, rng_key)
 
 
 def transform_all(params, eps, families, log_space: bool = False):
