@@ -96,7 +96,7 @@ TAIL_QUANTILE = 0.05
 TREND_WINDOWS = 8
 TRIAL_CURVE = 16  # trial windows per candidate whose medians are kept (early stop of the trial)
 MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start its average
-EARLY_FACTOR = 4  # a stage that would cost this many floors at its draws ends at its first MCSE
+EARLY_FACTOR = 3  # a stage that would cost this many floors at its draws ends at its first MCSE
 
 
 class AdaptiveSettings(NamedTuple):

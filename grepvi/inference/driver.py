@@ -30,13 +30,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
-import jax.extend.core as jax_core
 import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ConfigError, NumericalError
 from grepvi.inference import controller
 from grepvi.inference.controller import ControllerState, WindowSummary
+from grepvi.inference.state import traced_once
 
 __all__ = [
     "RunState",
@@ -141,7 +141,7 @@ def make_window(
 
     def program(state, data, active):
         active = jnp.clip(jnp.asarray(active, jnp.int32), 0, length)
-        traced_step, shapes = _traced_once(one_step, state, data)
+        traced_step, shapes = traced_once(one_step, state, data)
         buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((length, *s.shape), s.dtype), shapes[1])
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params) if track_mean else ()
 
@@ -179,22 +179,6 @@ def make_window(
     window.jitted = jitted
     window.num_compiled = lambda: len(compiled)
     return window
-
-
-def _traced_once(function, *args):
-    """``(function', output shapes)``: ``function`` traced once to a jaxpr, and ``function'``
-    that replays that jaxpr. The window needs the step's output shapes (to size its buffers)
-    before the loop body traces the step; tracing the model, its gradient and every rule twice
-    cost 0.2-0.9 s per compilation on small models. Replaying the jaxpr binds its primitives
-    again without running the model's Python, autodiff or the rules' code."""
-    closed, shapes = jax.make_jaxpr(function, return_shape=True)(*args)
-    replay = jax_core.jaxpr_as_fun(closed)
-    out_tree = jax.tree_util.tree_structure(shapes)
-
-    def replayed(*args):
-        return jax.tree_util.tree_unflatten(out_tree, replay(*jax.tree_util.tree_leaves(args)))
-
-    return replayed, shapes
 
 
 def _signature(*trees):
