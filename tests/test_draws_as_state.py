@@ -1,0 +1,123 @@
+"""The draws per step as state (``grepvi.inference.controller``, ``SwitchState.repeats``).
+
+A stage's average is biased by ``rho / D`` to first order; the controller raises the draws
+``D`` between stages where a stage at its draws would cost several floors, and estimates the
+last stage's bias from the change between stages as ``c r / (1 - r)``.
+
+* ``stage_bias`` is that formula (``c`` itself for a halved step).
+* A simulated run whose window means are ``theta* + B rho / D`` plus noise of variance
+  ``1 / D`` (the first-order model, exactly): the controller raises the draws, converges in a
+  fraction of the windows that halving the step alone needs, and its answer is within the
+  tolerance's budget (MCSE + bias, 3 tolerances) of ``theta*``; with the draws fixed it still
+  converges, by halving.
+* End to end: the rat tumours' beta-binomial hierarchy raises its draws, converges, and a run
+  stopped after the draws rose and resumed is bitwise the uninterrupted one.
+"""
+
+import math
+from typing import NamedTuple
+
+import jax
+import numpy as np
+import pytest
+
+from grepvi.inference import controller, rules
+
+
+def test_stage_bias_is_the_first_order_extrapolation():
+    assert controller.stage_bias(0.01, 0.5) == pytest.approx(0.01)
+    assert controller.stage_bias(0.07, 1 / 8) == pytest.approx(0.01)
+    assert controller.stage_bias(0.03, 1 / 4) == pytest.approx(0.01)
+    assert math.isinf(controller.stage_bias(0.01, 1.0)) and math.isinf(controller.stage_bias(0.01, 0.0))
+
+
+class _Loop(NamedTuple):
+    params: dict
+    rng_key: jax.Array
+
+
+def _simulate(max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_windows=3000):
+    """Windows whose mean iterate is ``theta* + bias_per_step * rho / repeats`` plus Gaussian
+    noise of sd ``window_sd / sqrt(repeats)`` per coordinate (the Fisher metric is the
+    identity: ``theta* = 0``). Returns ``(controller state, windows, steps x repeats)``."""
+    settings = controller.AdaptiveSettings()
+    params = {"x": np.zeros(2, np.float32)}
+    loop = _Loop(params, jax.random.key(0))
+    state = controller.init(loop, 1, 0.1)
+    rng = np.random.default_rng(seed)
+    kwargs = dict(
+        settings=settings,
+        candidates=[rules.Candidate("natural", 0, 0.1)],
+        initial_state=loop,
+        select=lambda s, i, rho, repeats=1: s,
+        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
+        max_repeats=max_repeats,
+    )
+    work = 0
+    for window in range(max_windows):
+        rho, repeats = float(state.step_size), int(state.repeats)
+        mean = bias_per_step * rho / repeats + rng.normal(0.0, window_sd / math.sqrt(repeats), 2)
+        elbo = -10.0 + rng.normal(0.0, 0.01, settings.window)
+        summary = controller.WindowSummary(
+            elbo, np.ones(settings.window, bool), np.zeros((settings.window, 1), bool), {"x": mean}
+        )
+        state, loop = controller.update(state, summary, loop, **kwargs)
+        work += settings.window * repeats
+        if int(state.reason):
+            return state, loop, window + 1, work
+    raise AssertionError(f"no convergence in {max_windows} windows")
+
+
+def test_raised_draws_converge_in_a_fraction_of_the_work_and_on_the_answer():
+    """Ten seeds of each. The answer's error (a 2-vector: bias up to 2 tolerances by the rule,
+    the bias estimate's own noise, the MCSE) is as small as halving's: no error beyond 5
+    tolerances either way (measured over 20 seeds: at most 3.5 with draws, 4.4 halving), the
+    mean within 1.25 times halving's (measured 0.0085 against 0.0087); the draws do it for a
+    fraction of the work (measured: median 0.46 of the halvings' draws, 0.15-1.2)."""
+    tolerance = controller.AdaptiveSettings().tolerance
+    ratios, errors, halved_errors = [], [], []
+    norm = lambda loop: float(np.sqrt(np.sum(np.asarray(loop.params["x"], np.float64) ** 2)))
+    for seed in range(10):
+        state, loop, _, work = _simulate(max_repeats=64, seed=seed)
+        assert controller.REASONS[int(state.reason)] == "converged"
+        assert int(state.repeats) >= 4 and math.isclose(float(state.step_size), 0.1)  # draws, not halvings
+        halved, halved_loop, _, halved_work = _simulate(max_repeats=1, seed=seed)
+        assert controller.REASONS[int(halved.reason)] == "converged" and int(halved.repeats) == 1
+        assert float(halved.step_size) < 0.1 / 4  # the same bias by halving takes several stages
+        errors.append(norm(loop))
+        halved_errors.append(norm(halved_loop))
+        ratios.append(work / halved_work)
+    assert max(errors) <= 5 * tolerance and max(halved_errors) <= 5 * tolerance
+    assert np.mean(errors) <= 1.25 * np.mean(halved_errors), (np.mean(errors), np.mean(halved_errors))
+    assert np.median(ratios) < 0.6, np.round(ratios, 2)
+
+
+def test_a_cheap_stage_halves_the_step_as_before():
+    """Noise small enough that a stage costs about its floor: no draws are added."""
+    state, _, _, _ = _simulate(max_repeats=64, bias_per_step=0.1, window_sd=0.01)
+    assert controller.REASONS[int(state.reason)] == "converged"
+    assert int(state.repeats) == 1
+
+
+numpyro = pytest.importorskip("numpyro")
+
+from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
+from grepvi.interop.numpyro_zoo import ZOO  # noqa: E402
+
+
+def test_rat_tumours_raise_their_draws_and_a_resumed_run_is_bitwise_the_whole():
+    model, data = ZOO["rats"]
+    adapted = from_numpyro(model, *data)
+    whole = adapted.fit(progress=False)
+    record = whole.convergence
+    assert whole.converged and record.draws > 3, record
+    assert record.stage_bias <= 2 * controller.AdaptiveSettings().tolerance
+    stop = record.num_iterations - 700  # inside the last stage, after the draws rose
+    with pytest.warns(Warning):
+        first = adapted.fit(progress=False, num_steps=stop)
+    assert int(first.run_state.controller.repeats) > 1
+    resumed = adapted.fit(progress=False, resume=first.run_state)
+    assert resumed.convergence == record
+    for name in whole.params:
+        for key in whole.params[name]:
+            np.testing.assert_array_equal(resumed.params[name][key], whole.params[name][key])
