@@ -36,7 +36,7 @@ class _Loop(NamedTuple):
     rng_key: jax.Array
 
 
-def _simulate(max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_windows=3000):
+def _simulate(max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_windows=3000, linear=True):
     """Windows whose mean iterate is ``theta* + bias_per_step * rho / repeats`` plus Gaussian
     noise of sd ``window_sd / sqrt(repeats)`` per coordinate (the Fisher metric is the
     identity: ``theta* = 0``). Returns ``(controller state, windows, steps x repeats)``."""
@@ -47,7 +47,7 @@ def _simulate(max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_window
     rng = np.random.default_rng(seed)
     kwargs = dict(
         settings=settings,
-        candidates=[rules.Candidate("natural", 0, 0.1)],
+        candidates=[rules.Candidate("natural" if linear else "adam-0.1", 0, 0.1, linear=linear)],
         initial_state=loop,
         select=lambda s, i, rho, repeats=1: s,
         distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
@@ -90,6 +90,14 @@ def test_raised_draws_converge_in_a_fraction_of_the_work_and_on_the_answer():
     assert max(errors) <= 5 * tolerance and max(halved_errors) <= 5 * tolerance
     assert np.mean(errors) <= 1.25 * np.mean(halved_errors), (np.mean(errors), np.mean(halved_errors))
     assert np.median(ratios) < 0.6, np.round(ratios, 2)
+
+
+def test_adams_step_is_halved_not_given_draws():
+    """Adam's normalized step: more draws do not shrink its parameter noise (its bias falls as
+    1 / sqrt(D)), so its stages halve the learning rate."""
+    state, _, _, _ = _simulate(max_repeats=64, linear=False)
+    assert controller.REASONS[int(state.reason)] == "converged"
+    assert int(state.repeats) == 1 and float(state.step_size) < 0.1 / 4
 
 
 def test_a_cheap_stage_halves_the_step_as_before():

@@ -197,7 +197,9 @@ def _gathered_draws(seed):
         return [log_gamma(k, a, (NUM_SAMPLES,)) for k, a in zip(keys, alphas, strict=True)]
 
     key = jax.random.fold_in(jax.random.key(20261127), seed)
-    return alphas, [np.asarray(x, np.float64) for x in jax.jit(lambda k: sampling.with_one_gamma_draw(fn, k))(key)]
+    return alphas, [
+        np.asarray(x, np.float64) for x in jax.jit(lambda k: sampling.with_one_gamma_draw(fn, k))(key)
+    ]
 
 
 def test_gathered_draws_have_each_requests_distribution():

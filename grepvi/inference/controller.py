@@ -43,9 +43,12 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    smaller: by **more draws per step** where a stage at the current draws would cost more
    than its floor (the approach windows and ``min_batches`` batches): the same draws then buy
    a stage at the floor with its bias divided by the factor (rat tumours: the stage needed
-   ~12,000 steps of 3 draws; 9 times the draws cost the same and take 8 of the 9 halvings'
-   worth of bias off), or by the factor the estimated bias asks for; else (or where the
-   draws are at their cap, :func:`grepvi.inference.fitting.max_repeats`) ``rho`` is halved.
+   ~12,000 steps of 3 draws; 10 times the draws cost the same and divide its bias by 10, the
+   work of three halvings and three stages), or by the factor the estimated bias asks for;
+   else (or where the
+   draws are at their cap, :func:`grepvi.inference.fitting.max_repeats`, or the rule is Adam,
+   whose normalized step's bias falls only as ``1 / sqrt(D)``: :class:`~grepvi.inference.rules.Candidate`)
+   ``rho`` is halved.
 
 A fixed schedule (Eq. 9 or any optax optimizer) is the same state in the ``FIXED`` phase:
 it never changes the step. Everything here is host-side NumPy on the window's outputs: the
@@ -552,6 +555,8 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
 def _stage_update(state, window, summary, loop_state, settings, candidates, select, distance, max_repeats=1):
     rho = float(state.step_size)
     repeats = int(state.repeats)
+    linear = bool(candidates) and candidates[int(state.candidate)].linear
+    room = max_repeats // repeats if linear else 1  # draws are raised for a step linear in the gradient
     base = candidates[int(state.candidate)].step_size if candidates else rho
     best = float(state.best_elbo)
     fell = (
@@ -596,9 +601,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     accuracy = distance(state.mean, _standard_error(state))
     state = state._replace(accuracy=_f(accuracy))
     accurate = accuracy <= settings.tolerance
-    costly = (
-        not accurate and _draws_factor(state, rho, math.nan, settings, max_repeats // repeats) >= EARLY_FACTOR
-    )
+    costly = not accurate and _draws_factor(state, rho, math.nan, settings, room) >= EARLY_FACTOR
     if not (accurate or costly or int(state.batches) >= settings.max_batches):
         return state, loop_state
     # A stage ends when its average is known to the tolerance, or after max_batches batches
@@ -619,7 +622,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         if accurate and settled and bias <= 2.0 * settings.tolerance:
             params = _cast_like(average, loop_state.params)
             return state._replace(reason=_i(REASONS.index("converged"))), loop_state._replace(params=params)
-    factor = _draws_factor(state, rho, bias, settings, max_repeats // repeats)
+    factor = _draws_factor(state, rho, bias, settings, room)
     if factor > 1:
         repeats *= factor
     else:

@@ -66,11 +66,18 @@ class SwitchState(NamedTuple):
 
 
 class Candidate(NamedTuple):
-    """A rule and a step size the trial may keep (``label`` e.g. ``"adam-0.1"``)."""
+    """A rule and a step size the trial may keep (``label`` e.g. ``"adam-0.1"``).
+
+    ``linear``: the rule's step is linear in the gradient estimate (natural-gradient steps),
+    so its averaged iterate's bias falls as ``1 / draws`` and the controller may raise the
+    draws per step instead of halving the step. Adam's step is normalized by the gradient's
+    running RMS: with ``D`` times the draws its noise in parameter space stays about ``rho``
+    per step and its bias falls only as ``1 / sqrt(D)``; its step is halved instead."""
 
     label: str
     index: int
     step_size: float
+    linear: bool = False
 
 
 def natural_rule(families: dict, max_kl: float) -> Rule:
@@ -179,7 +186,7 @@ def default_candidates(families: dict, step_size: float, max_kl: float, adam_ste
     rules, candidates = [], []
     if all(family.has_fisher for family in families.values()):
         rules.append(natural_rule(families, max_kl))
-        candidates.append(Candidate("natural", 0, float(step_size)))
+        candidates.append(Candidate("natural", 0, float(step_size), linear=True))
     adam_index = len(rules)
     rules.append(adam_rule(families))
     for factor in ADAM_TRIAL_FACTORS:
