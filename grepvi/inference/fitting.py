@@ -8,6 +8,7 @@ never changes the step. ``resume`` continues a run from its :class:`~grepvi.infe
 exactly as if it had not stopped.
 """
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable
@@ -108,6 +109,24 @@ def max_repeats(families: dict, estimator: Estimator, draws: int) -> int:
     return int(max(1, min(MAX_REPEATS, MAX_DRAW_ELEMENTS // max(1, elements * own * draws))))
 
 
+def _batch_repeats(model, families: dict, estimator: Estimator, draws: int, batch_size: int) -> int:
+    """:func:`max_repeats` of a minibatch step (its elements: the globals and ``B`` rows of the
+    locals), and at most ``N // B`` batches per step (an effective batch of every row is a
+    full-batch step's cost)."""
+    from grepvi.inference import minibatch
+
+    problem = minibatch.minibatch_problem(model, batch_size, families)
+    per_row = problem.batch_size / problem.num_observations
+    batch_families = {
+        name: dataclasses.replace(family, shape=(max(1, round(family.shape[0] * per_row)), *family.shape[1:]))
+        if name in problem.local_latent_names
+        else family
+        for name, family in families.items()
+    }
+    most = max_repeats(batch_families, estimator, draws)
+    return int(max(1, min(most, problem.num_observations // problem.batch_size)))
+
+
 def average_estimates(estimator: Estimator, count: int) -> Estimator:
     """``estimator`` averaged over ``count`` independent calls (itself when ``count == 1``)."""
     from grepvi.estimators.grep import multi_sample
@@ -194,8 +213,11 @@ def setup(
         draws = draws_per_step(target.families, estimator)
         stepper = average_estimates(estimator, draws)
         length = settings.window
-    repeatable = not fixed and batch_size is None and not parallel
-    most_repeats = max_repeats(target.families, estimator, draws) if repeatable else 1
+    most_repeats = 1
+    if not fixed and not parallel:
+        most_repeats = max_repeats(target.families, estimator, draws)
+        if batch_size is not None:  # batches per step: the families' locals count per batch
+            most_repeats = _batch_repeats(model, target.families, estimator, draws, batch_size)
     step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
         target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, most_repeats > 1
     )
@@ -239,7 +261,7 @@ def _step_and_state(
                 "parallel: minibatch VI runs on one device (give batch_size or parallel, not both)"
             )
         step_fn, initial, widened_step_fn = _minibatch_step(
-            model, target, stepper, optimizer, batch_size, key, init_params
+            model, target, stepper, optimizer, batch_size, key, init_params, repeated
         )
         return step_fn, initial, None, data, widened_step_fn
     if parallel:
@@ -296,7 +318,7 @@ def _parallel_step(model, target, estimator, optimizer, key, init_params, data):
     return step_fn, initial, parallel.place_state, parallel.place_data(data)
 
 
-def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_params):
+def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_params, repeated=False):
     from grepvi.inference import minibatch
 
     if model is None:
@@ -309,7 +331,10 @@ def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_p
 
     def step_fn_of(widened):
         def step_fn(state, data):
-            new_state, info = minibatch.step(state, problem, estimator, optimizer, data, widened=widened)
+            repeats = rules.repeats(state.global_opt_state) if repeated else None
+            new_state, info = minibatch.step(
+                state, problem, estimator, optimizer, data, widened=widened, repeats=repeats
+            )
             nonfinite = jnp.broadcast_to(jnp.logical_not(info.finite), (len(names),))
             return new_state, StepInfo(info.elbo, info.finite, nonfinite, {})
 

@@ -47,7 +47,7 @@ import optax
 
 from grepvi.errors import ConfigError, ModelError
 from grepvi.estimators.base import Estimator
-from grepvi.inference.state import all_finite, initial_params, keep_if, materialize_gradient
+from grepvi.inference.state import all_finite, initial_params, keep_if, materialize_gradient, traced_once
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.models.model import OBSERVATION_AXIS
 from grepvi.target import Target, bind_data
@@ -303,6 +303,7 @@ def step(
     data=None,
     indices=None,
     widened: bool = False,
+    repeats=None,
 ) -> tuple[MinibatchState, MinibatchInfo]:
     """One minibatch iteration: draw rows, gather them, estimate, update globals and the batch's locals.
 
@@ -313,51 +314,120 @@ def step(
     families (ADVI), build the problem with ``families=estimator.adapt_families(...)``.
     ``widened``: the batch's log density is differentiated in float64 where float32 overflows
     (:mod:`grepvi.inference.widened_gradient`).
+
+    ``repeats``: an int array of the state (the default procedure's
+    :func:`grepvi.inference.rules.repeats`): that many batches, each drawn independently (the
+    first from the step's own key, the ``i``-th from ``fold_in(key, i)``), their locals updated
+    batch by batch, and the globals once with the mean of their gradients, an effective batch
+    of ``repeats x B`` rows (the default procedure raises it where batch noise keeps a stage
+    from its tolerance). None: one batch.
     """
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
-    if indices is None:
-        indices = draw_rows(key_batch, problem.num_observations, problem.batch_size)
     data = problem.data if data is None else data
     batch = widened_target(batch_target(problem)) if widened else batch_target(problem)
-    target = bind_data(batch, batch_data(problem, data, indices))
-    params = batch_params(problem, state.params, indices)
-    grad, info = estimator.estimate(key_estimate, params, target)
-    grad = materialize_gradient(grad, state.iteration >= 0)
-    global_grad = {n: grad[n] for n in problem.global_latent_names}
-    local_grad = {
-        n: jax.tree_util.tree_map(lambda g: g / problem.scale, grad[n]) for n in problem.local_latent_names
-    }
+    one = _OneBatch(problem, batch, estimator, optimizer, data, state.iteration >= 0)
+    if repeats is None or indices is not None:
+        if indices is None:
+            indices = draw_rows(key_batch, problem.num_observations, problem.batch_size)
+        out = one(state.params, state.local_opt_state, indices, key_estimate)
+    else:
+        out = _repeated_batches(one, state, key_batch, key_estimate, repeats)
+    params, local_opt, global_grad, elbo, ok, indices = out
 
     global_params = {n: state.params[n] for n in problem.global_latent_names}
     updates, global_opt = optimizer.update(
         jax.tree_util.tree_map(jnp.negative, global_grad), state.global_opt_state, global_params
     )
     new_globals = optax.apply_updates(global_params, updates)
-
-    gather = lambda leaf: leaf[indices] if jnp.ndim(leaf) >= 1 else leaf
-    local_params = {n: params[n] for n in problem.local_latent_names}
-    batch_opt = jax.tree_util.tree_map(gather, state.local_opt_state)
-    updates, new_batch_opt = optimizer.update(
-        jax.tree_util.tree_map(jnp.negative, local_grad), batch_opt, local_params
-    )
-    new_batch_locals = optax.apply_updates(local_params, updates)
-    scatter = lambda old, new: old.at[indices].set(new) if jnp.ndim(old) >= 1 else new
-    local_opt = jax.tree_util.tree_map(scatter, state.local_opt_state, new_batch_opt)
-    new_locals = {
-        n: jax.tree_util.tree_map(scatter, state.params[n], new_batch_locals[n])
-        for n in problem.local_latent_names
-    }
-
-    ok = jnp.logical_and(all_finite(grad), all_finite((new_globals, new_batch_locals)))
+    ok = jnp.logical_and(ok, all_finite(new_globals))
+    new_params = {**params, **new_globals}
     new_state = MinibatchState(
-        params=keep_if(ok, {**new_globals, **new_locals}, state.params),
+        params=keep_if(ok, new_params, state.params),
         global_opt_state=keep_if(ok, global_opt, state.global_opt_state),
         local_opt_state=keep_if(ok, local_opt, state.local_opt_state),
         rng_key=rng_key,
         iteration=state.iteration + 1,
         num_skipped=state.num_skipped + jnp.logical_not(ok).astype(jnp.int32),
     )
-    return new_state, MinibatchInfo(info.elbo, ok, indices)
+    return new_state, MinibatchInfo(elbo, ok, indices)
+
+
+class _OneBatch(NamedTuple):
+    """One batch's estimate, and its locals' update: ``(params with the batch's locals
+    updated, local optimizer state, the globals' gradient, ELBO estimate, finite, rows)``."""
+
+    problem: MinibatchProblem
+    batch: Target
+    estimator: Estimator
+    optimizer: Any
+    data: Any
+    always: Any  # a runtime True (materialize_gradient's predicate)
+
+    def __call__(self, params, local_opt_state, indices, key):
+        problem = self.problem
+        target = bind_data(self.batch, batch_data(problem, self.data, indices))
+        batch = batch_params(problem, params, indices)
+        grad, info = self.estimator.estimate(key, batch, target)
+        grad = materialize_gradient(grad, self.always)
+        global_grad = {n: grad[n] for n in problem.global_latent_names}
+        local_grad = {
+            n: jax.tree_util.tree_map(lambda g: g / problem.scale, grad[n])
+            for n in problem.local_latent_names
+        }
+        gather = lambda leaf: leaf[indices] if jnp.ndim(leaf) >= 1 else leaf
+        local_params = {n: batch[n] for n in problem.local_latent_names}
+        batch_opt = jax.tree_util.tree_map(gather, local_opt_state)
+        updates, new_batch_opt = self.optimizer.update(
+            jax.tree_util.tree_map(jnp.negative, local_grad), batch_opt, local_params
+        )
+        new_batch_locals = optax.apply_updates(local_params, updates)
+        scatter = lambda old, new: old.at[indices].set(new) if jnp.ndim(old) >= 1 else new
+        local_opt = jax.tree_util.tree_map(scatter, local_opt_state, new_batch_opt)
+        new_locals = {
+            n: jax.tree_util.tree_map(scatter, params[n], new_batch_locals[n])
+            for n in problem.local_latent_names
+        }
+        ok = jnp.logical_and(all_finite(grad), all_finite(new_batch_locals))
+        return {**params, **new_locals}, local_opt, global_grad, info.elbo, ok, indices
+
+
+def _repeated_batches(one: _OneBatch, state: MinibatchState, key_batch, key_estimate, repeats):
+    """``repeats`` batches in a loop (a dynamic trip count; the batch traced once and its jaxpr
+    replayed): each updates its rows' locals; the globals' gradients and the ELBO estimates
+    are averaged; finite only if every batch was. The rows returned are the first batch's."""
+    problem = one.problem
+
+    def key_for(key, i):
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            data = jax.random.key_data(key)
+            folded = jax.random.key_data(jax.random.fold_in(key, i))
+            return jax.random.wrap_key_data(jnp.where(i == 0, data, folded), impl=jax.random.key_impl(key))
+        return jnp.where(i == 0, key, jax.random.fold_in(key, i))
+
+    def run(i, params, local_opt, key_batch, key_estimate):
+        rows = draw_rows(key_for(key_batch, i), problem.num_observations, problem.batch_size)
+        return one(params, local_opt, rows, key_for(key_estimate, i))
+
+    start = (jnp.int32(0), state.params, state.local_opt_state, key_batch, key_estimate)
+    one_run, shapes = traced_once(run, *start)
+    zeros = jax.tree_util.tree_map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), shapes[2:])
+
+    def body(i, carry):
+        params, local_opt, total, elbo, ok, rows = carry
+        params, local_opt, grad, batch_elbo, batch_ok, batch_rows = one_run(
+            i, params, local_opt, key_batch, key_estimate
+        )
+        total = jax.tree_util.tree_map(jnp.add, total, grad)
+        rows = jnp.where(i == 0, batch_rows, rows)
+        return params, local_opt, total, elbo + batch_elbo, jnp.logical_and(ok, batch_ok), rows
+
+    carry = (state.params, state.local_opt_state, zeros[0], zeros[1], jnp.asarray(True), zeros[3])
+    params, local_opt, total, elbo, ok, rows = jax.lax.fori_loop(
+        jnp.int32(0), jnp.asarray(repeats, jnp.int32), body, carry
+    )
+    count = jnp.asarray(repeats, jnp.int32)
+    mean = jax.tree_util.tree_map(lambda g: g / count.astype(g.dtype), total)
+    return params, local_opt, mean, elbo / count.astype(elbo.dtype), ok, rows
 
 
 def minibatch_fit_steps(builder, data, hyperparameters, batch_size, num_steps, seed=0, estimator="grep"):

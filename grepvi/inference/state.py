@@ -225,8 +225,11 @@ def initial_params(rng_key, families: dict[str, Family], init_params: dict | Non
 
 
 def all_finite(tree) -> jax.Array:
-    """True where every element of every leaf of ``tree`` is finite."""
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]))
+    """True where every element of every leaf of ``tree`` is finite (True for no leaves)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves:
+        return jnp.asarray(True)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
 def keep_if(ok, new, old):
