@@ -189,3 +189,10 @@ def test_repeated_batches_update_only_their_rows():
     changed = set(np.flatnonzero(np.any(after != before, 1)).tolist())
     assert set(np.asarray(info.indices).tolist()) <= changed  # the first batch's rows
     assert 2 < len(changed) <= 6  # three batches of two rows (some may coincide)
+
+
+def test_batch_size_without_a_model_of_rows_is_refused():
+    import grepvi
+
+    with pytest.raises(ConfigError, match="batch_size: minibatch VI needs a model"):
+        grepvi.fit(lambda z: -z["r"], {"r": grepvi.Gamma()}, batch_size=2, progress=False)

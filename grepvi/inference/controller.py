@@ -32,23 +32,26 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    Fisher metric of ``q`` (posterior standard deviations).
 3. **Stages.** When the MCSE is below ``tolerance`` (or after ``max_batches`` batches), the
    average is the stage's answer. A stage's average is biased by its step: to first order in
-   ``rho / D`` (``D`` gradient draws per step), as the stationary spread of constant-step
-   stochastic approximation is (Dieuleveut, Durmus & Bach 2020, Theorem 4: the averaged
-   iterate's bias is ``rho`` times a term linear in the gradient noise's covariance, which is
-   ``1 / D`` times one draw's). So when a stage at ``s_k = rho_k / D_k`` follows one at
-   ``s_{k-1}`` (ratio ``r = s_k / s_{k-1} < 1``), their change ``c`` estimates the last
-   stage's bias as ``c r / (1 - r)`` (``c`` itself when the step was halved); the run ends
+   ``rho / D`` (``D`` gradient draws per step). For constant-step stochastic approximation
+   the averaged iterate's bias is, to leading order, the step times a term that depends on
+   the gradient noise through the iterates' stationary covariance, which is linear in the
+   noise's covariance (Dieuleveut, Durmus & Bach 2020), and ``D`` draws divide that by ``D``.
+   So when a stage at ``s_k = rho_k / D_k`` follows one at ``s_{k-1}`` (ratio
+   ``r = s_k / s_{k-1} < 1``), their change ``c`` estimates the last stage's bias as
+   ``c r / (1 - r)`` (``c`` itself when the step was halved; the previous stage's own error
+   enters it times ``r / (1 - r)``, which must also be within ``2 * tolerance``); the run ends
    when the last stage is known to ``tolerance`` and its bias so estimated is within
-   ``2 * tolerance``. Otherwise a new stage starts from the average with ``rho / D``
-   smaller: by **more draws per step** where a stage at the current draws would cost more
-   than its floor (the approach windows and ``min_batches`` batches): the same draws then buy
-   a stage at the floor with its bias divided by the factor (rat tumours: the stage needed
-   ~12,000 steps of 3 draws; 10 times the draws cost the same and divide its bias by 10, the
-   work of three halvings and three stages), or by the factor the estimated bias asks for;
-   else (or where the
-   draws are at their cap, :func:`grepvi.inference.fitting.max_repeats`, or the rule is Adam,
-   whose normalized step's bias falls only as ``1 / sqrt(D)``: :class:`~grepvi.inference.rules.Candidate`)
-   ``rho`` is halved.
+   ``2 * tolerance``. Otherwise a new stage starts from the average with ``rho / D`` smaller:
+   by **more draws per step** where a stage at the current draws would cost ``f >= 2`` times
+   its floor (the approach windows and ``min_batches`` batches; ``f >= EARLY_FACTOR`` ends the
+   stage at its first MCSE): ``f`` times the draws buy a stage at the floor for the same
+   work, its bias divided by ``f`` (rat tumours: the stage needed ~12,000 steps of 3 draws; 10
+   times the draws cost the same and divide its bias by 10, the work of three halvings and
+   three stages), or by the factor the estimated bias asks for if larger. Else ``rho`` is
+   halved: where ``f < 2``, where the draws are at their cap
+   (:func:`grepvi.inference.fitting.max_repeats`), and where the rule is Adam, whose
+   normalized step's bias falls only as ``1 / sqrt(D)``
+   (:class:`~grepvi.inference.rules.Candidate`).
 
 A fixed schedule (Eq. 9 or any optax optimizer) is the same state in the ``FIXED`` phase:
 it never changes the step. Everything here is host-side NumPy on the window's outputs: the
@@ -150,8 +153,8 @@ class Convergence(NamedTuple):
       step_size: ``rho`` of the last stage.
       accuracy: estimated error of the returned average, in posterior standard deviations:
         its Monte Carlo error, and for a run stopped before converging after a stage has
-        ended, the last change between stages (the current step's bias) with it (nan when
-        no average was formed).
+        ended, the last stage's bias estimated from the change between stages
+        (``stage_bias``) with it (nan when no average was formed).
       stage_change: difference between the last two stage averages, same units (nan if fewer).
       stage_bias: the last stage's bias estimated from that change (:func:`stage_bias`; the
         change itself when the step was halved between them).
@@ -448,7 +451,8 @@ def update(
       loop_state: the loop state after the window.
       candidates: the :class:`grepvi.inference.rules.Candidate` list.
       initial_state: the loop state every candidate starts from.
-      select: ``(loop state, candidate index, step size) -> loop state`` (sets the rule).
+      select: ``(loop state, candidate index, step size, repeats=1) -> loop state`` (sets the
+        rule, its step and the repeats of the step's gradient estimates).
       distance: ``(params, delta) -> float``, the Fisher-metric length of ``delta`` at
         ``params`` in posterior standard deviations.
       max_repeats: the most repeats of the step's gradient estimates a stage may set (1: the

@@ -217,7 +217,9 @@ def setup(
     if not fixed and not parallel:
         most_repeats = max_repeats(target.families, estimator, draws)
         if batch_size is not None:  # batches per step: the families' locals count per batch
-            most_repeats = _batch_repeats(model, target.families, estimator, draws, batch_size)
+            most_repeats = (
+                1 if model is None else _batch_repeats(model, target.families, estimator, draws, batch_size)
+            )
     step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
         target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, most_repeats > 1
     )
