@@ -47,7 +47,14 @@ import optax
 
 from grepvi.errors import ConfigError, ModelError
 from grepvi.estimators.base import Estimator
-from grepvi.inference.state import all_finite, initial_params, keep_if, materialize_gradient, traced_once
+from grepvi.inference.state import (
+    all_finite,
+    initial_params,
+    keep_if,
+    materialize_gradient,
+    repeat_key,
+    traced_once,
+)
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.models.model import OBSERVATION_AXIS
 from grepvi.target import Target, bind_data
@@ -397,16 +404,9 @@ def _repeated_batches(one: _OneBatch, state: MinibatchState, key_batch, key_esti
     are averaged; finite only if every batch was. The rows returned are the first batch's."""
     problem = one.problem
 
-    def key_for(key, i):
-        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-            data = jax.random.key_data(key)
-            folded = jax.random.key_data(jax.random.fold_in(key, i))
-            return jax.random.wrap_key_data(jnp.where(i == 0, data, folded), impl=jax.random.key_impl(key))
-        return jnp.where(i == 0, key, jax.random.fold_in(key, i))
-
     def run(i, params, local_opt, key_batch, key_estimate):
-        rows = draw_rows(key_for(key_batch, i), problem.num_observations, problem.batch_size)
-        return one(params, local_opt, rows, key_for(key_estimate, i))
+        rows = draw_rows(repeat_key(key_batch, i), problem.num_observations, problem.batch_size)
+        return one(params, local_opt, rows, repeat_key(key_estimate, i))
 
     start = (jnp.int32(0), state.params, state.local_opt_state, key_batch, key_estimate)
     one_run, shapes = traced_once(run, *start)

@@ -36,6 +36,7 @@ __all__ = [
     "materialize_gradient",
     "repeated_estimate",
     "traced_once",
+    "repeat_key",
 ]
 
 
@@ -293,13 +294,7 @@ def repeated_estimate(estimate, repeats):
     """
 
     def draw(i, key, params, target):
-        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-            data = jax.random.key_data(key)
-            folded = jax.random.key_data(jax.random.fold_in(key, i))
-            key_i = jax.random.wrap_key_data(jnp.where(i == 0, data, folded), impl=jax.random.key_impl(key))
-        else:
-            key_i = jnp.where(i == 0, key, jax.random.fold_in(key, i))
-        return estimate(key_i, params, target)
+        return estimate(repeat_key(key, i), params, target)
 
     def run(key, params, target):
         one_draw, shapes = traced_once(lambda i, k, p: draw(i, k, p, target), jnp.int32(0), key, params)
@@ -317,6 +312,16 @@ def repeated_estimate(estimate, repeats):
         )
 
     return run
+
+
+def repeat_key(key, i):
+    """The key of repeat ``i`` of a step's draws: ``key`` itself for the first (one repeat is
+    the plain step, bitwise), ``fold_in(key, i)`` after it (typed or raw keys)."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = jax.random.key_data(key)
+        folded = jax.random.key_data(jax.random.fold_in(key, i))
+        return jax.random.wrap_key_data(jnp.where(i == 0, data, folded), impl=jax.random.key_impl(key))
+    return jnp.where(i == 0, key, jax.random.fold_in(key, i))
 
 
 def traced_once(function, *args):
