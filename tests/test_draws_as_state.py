@@ -36,7 +36,9 @@ class _Loop(NamedTuple):
     rng_key: jax.Array
 
 
-def _simulate(max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_windows=3000, linear=True):
+def _simulate(
+    max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_windows=3000, linear=True, stop=None
+):
     """Windows whose mean iterate is ``theta* + bias_per_step * rho / repeats`` plus Gaussian
     noise of sd ``window_sd / sqrt(repeats)`` per coordinate (the Fisher metric is the
     identity: ``theta* = 0``). Returns ``(controller state, windows, steps x repeats)``."""
@@ -63,7 +65,7 @@ def _simulate(max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_window
         )
         state, loop = controller.update(state, summary, loop, **kwargs)
         work += settings.window * repeats
-        if int(state.reason):
+        if int(state.reason) or (stop is not None and stop(state)):
             return state, loop, window + 1, work
     raise AssertionError(f"no convergence in {max_windows} windows")
 
@@ -90,6 +92,23 @@ def test_raised_draws_converge_in_a_fraction_of_the_work_and_on_the_answer():
     assert max(errors) <= 5 * tolerance and max(halved_errors) <= 5 * tolerance
     assert np.mean(errors) <= 1.25 * np.mean(halved_errors), (np.mean(errors), np.mean(halved_errors))
     assert np.median(ratios) < 0.6, np.round(ratios, 2)
+
+
+def test_a_run_stopped_in_a_stages_first_batches_answers_with_the_last_stages_average():
+    """Stopped (a cap) two batches into the second stage's average: the answer is the first
+    stage's average with its accuracy, not two batches' mean (Mendel so stopped returned one
+    batch's mean, 0.38 sd off); from min_batches batches on, the current stage's."""
+    settings = controller.AdaptiveSettings()
+    in_second = lambda s: int(s.stage) == 1 and int(s.phase) == controller.AVERAGE
+    early, loop, _, _ = _simulate(64, stop=lambda s: in_second(s) and int(s.batches) == 2)
+    answer = controller.answer(early, loop, settings=settings)["x"]
+    np.testing.assert_array_equal(answer, np.asarray(early.previous["x"], np.float32))
+    assert not np.allclose(answer, np.asarray(early.mean["x"], np.float32))
+    record = controller.convergence(early, [rules.Candidate("natural", 0, 0.1, linear=True)], settings)
+    assert record.accuracy == pytest.approx(float(early.previous_accuracy)) and record.averaged_iterations > 0
+    later, loop, _, _ = _simulate(64, stop=lambda s: in_second(s) and int(s.batches) == settings.min_batches)
+    answer = controller.answer(later, loop, settings=settings)["x"]
+    np.testing.assert_array_equal(answer, np.asarray(later.mean["x"], np.float32))
 
 
 def test_adams_step_is_halved_not_given_draws():
