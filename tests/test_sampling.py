@@ -263,3 +263,17 @@ def test_with_one_gamma_draw_refuses_a_function_that_changes_its_calls():
 
     with pytest.raises(RuntimeError, match="different log_gamma calls"):
         sampling.with_one_gamma_draw(fn, jax.random.key(0))
+
+
+def test_large_models_are_not_gathered():
+    """Over ``SMALL_SIZE`` elements in all, each call draws as it is (one concatenated call
+    made the Olivetti DEF's step 30% slower): ``with_one_gamma_draw(fn, key)`` is ``fn(key)``."""
+    shapes = (jnp.full((700,), 0.5, jnp.float32), jnp.full((2, 200), 3.0, jnp.float32))
+
+    def fn(key):
+        keys = jax.random.split(key, len(shapes))
+        return [log_gamma(k, a) for k, a in zip(keys, shapes, strict=True)]
+
+    key = jax.random.key(3)
+    for gathered, plain in zip(sampling.with_one_gamma_draw(fn, key), fn(key), strict=True):
+        np.testing.assert_array_equal(np.asarray(gathered), np.asarray(plain))
