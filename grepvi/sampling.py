@@ -210,9 +210,12 @@ def with_one_gamma_draw(fn, rng_key):
     server = _Gathered(recorder.draw(gamma_key))
     token = _GATHERED.set(server)
     try:
-        return fn(key)
+        out = fn(key)
     finally:
         _GATHERED.reset(token)
+    if len(server.requests) != len(server.served):
+        raise RuntimeError("with_one_gamma_draw: fn made different log_gamma calls on its second run")
+    return out
 
 
 def log_gamma_reference(rng_key, shape, sample_shape=()):
