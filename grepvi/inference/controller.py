@@ -20,9 +20,10 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
 1. **Approach.** Windows of ``window`` steps at step ``rho``. After each, the median ELBO is
    kept; the iterates are stationary when a regression of the last (up to 8) medians on
    their index shows no increase (t < 2). A **fall** restores the mean iterate of the best
-   window and halves ``rho``: the median falls below the best by 5% of its magnitude, 10
-   standard errors and 2 nats; or half the steps were non-finite; or the window's lower
-   5% quantile falls 100 magnitudes of its median below it while the median does not (a
+   window and halves ``rho``: the median falls below the best by 2% of its magnitude, 10
+   standard errors of the best window's median and 2 nats; or half the steps were
+   non-finite; or the window's lower 5% quantile falls 100 magnitudes of its median below
+   it while the median does not (a
    left tail of many draws, e.g. ADVI's log-normal weights drawing ``e^30``: the one-draw
    ELBO reaches ``-1e16`` before the parameters leave the float range; a single draw that
    far down is the normal heavy tail of small gamma shapes, not a collapse). Three windows
@@ -96,7 +97,8 @@ TRIAL_FRACTION = 0.2  # of a time budget left after compilation, at most, for th
 MIN_TRIAL_STEPS = 20  # per candidate; where fewer fit, the fallback candidate runs alone
 STALL_STEPS = 50  # skipped steps in a row that stop a fixed schedule with NumericalError
 STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
-FALL_NATS = 2.0  # a window's median ELBO this far below the best (and 5%, 10 SE) is a fall
+FALL_NATS = 2.0  # a window's median ELBO this far below the best (and FALL_FRACTION, 10 SE) is a fall
+FALL_FRACTION = 0.02  # of the best median's magnitude
 TAIL_FACTOR = 100.0  # a window's TAIL_QUANTILE this many magnitudes of the median below it: a collapse
 TAIL_QUANTILE = 0.05
 TREND_WINDOWS = 8
@@ -240,14 +242,15 @@ class ControllerState(NamedTuple):
     stage_change: np.ndarray
     skipped_trial: np.ndarray  # the trial did not fit its time limit: the fallback ran
     trial_ran: np.ndarray  # (candidates,) trial steps each candidate ran (fewer: stopped early)
-    trial_curve: np.ndarray  # (2, TRIAL_CURVE) the running candidate's window medians and SEs
-    leader_curve: np.ndarray  # (2, TRIAL_CURVE) the leader's, at the same numbers of steps
+    trial_curve: np.ndarray  # (3, TRIAL_CURVE) the running candidate's window medians, SEs and steps
+    leader_curve: np.ndarray  # (3, TRIAL_CURVE) the leader's (compared at equal steps)
     widened: np.ndarray  # gradients widened to float64 where float32 overflows: 1 on, 0 untried, -1 no help
     repeats: np.ndarray  # repeats of the step's gradient estimates (the draws per step over the base)
     previous_scale: np.ndarray  # rho / repeats of the previous stage (nan: none)
     previous_accuracy: np.ndarray  # the previous stage's MCSE (sd)
     previous_iterations: np.ndarray  # iterations in the previous stage's average
     stage_bias: np.ndarray  # the last stage's bias estimated from the change (sd; nan: none)
+    best_se: np.ndarray  # the standard error of the best window's median (nan: none)
 
 
 def _i(value) -> np.ndarray:
@@ -312,14 +315,15 @@ def init(
         stage_change=_f(np.nan),
         skipped_trial=np.asarray(False),
         trial_ran=np.zeros(max(num_candidates, 1), np.int64),
-        trial_curve=np.full((2, TRIAL_CURVE), np.nan),
-        leader_curve=np.full((2, TRIAL_CURVE), np.nan),
+        trial_curve=np.full((3, TRIAL_CURVE), np.nan),
+        leader_curve=np.full((3, TRIAL_CURVE), np.nan),
         widened=_i(0),
         repeats=_i(1),
         previous_scale=_f(np.nan),
         previous_accuracy=_f(np.nan),
         previous_iterations=_i(0),
         stage_bias=_f(np.nan),
+        best_se=_f(np.nan),
     )
 
 
@@ -361,6 +365,23 @@ def summarize(summary: WindowSummary) -> _Window:
         float(1.4826 * np.median(np.abs(good - median)) / math.sqrt(good.size)) if good.size > 1 else math.inf
     )
     return _Window(median, se, float(np.quantile(good, TAIL_QUANTILE)), int(good.size), int(elbo.size))
+
+
+def _fell_below_best(state: ControllerState, window: _Window) -> bool:
+    """The window's median is below the best window's by ``FALL_FRACTION`` of its magnitude,
+    ``FALL_NATS`` and 10 standard errors of the best window's median.
+
+    The best window's standard error, not this one's: a collapsing ``q`` widens its own
+    window's spread. On the Olivetti DEF (Adam 0.1, step ~3,400) the one-draw ELBO's spread
+    grew twentyfold within a window (median SE 3e3 to 6e4-1.3e5) as the median fell from
+    -6.22e6 to -6.4e6..-6.7e6 and stayed there; ten of its own standard errors hid the fall,
+    and the stage averaged the fallen iterates (answer -6.24e6 +- 1.3e5 against the best
+    window's -6.12e6 +- 3e3)."""
+    best = float(state.best_elbo)
+    if not math.isfinite(best):
+        return False
+    noise = float(state.best_se) if math.isfinite(float(state.best_se)) else window.se
+    return window.median < best - max(FALL_FRACTION * abs(best), 10.0 * noise, FALL_NATS)
 
 
 def _collapsed(window: _Window) -> bool:
@@ -506,12 +527,17 @@ def _trial_slot(done: int, window: int) -> int:
     return max(math.ceil(done / max(window, 1)) - 1, 0)
 
 
-def _trails_leader(state: ControllerState, window: _Window, slot: int) -> bool:
-    """The window's median is two standard errors below the leader's at the same slot."""
+def _trails_leader(state: ControllerState, window: _Window, slot: int, done: int) -> bool:
+    """The window's median is two standard errors below the leader's after the same number
+    of steps. (Not merely the same slot: the first candidate's slot 0 ends at its probe's
+    11 steps, another's first window at ``trial_steps % window`` steps; with a trial of 201
+    steps on the Olivetti DEF, Adam's one-step window, still at the starting ELBO, trailed
+    the natural gradient's 11 steps, every Adam rate stopped there, and the natural gradient,
+    the worst rule by a factor of five, was kept.)"""
     if int(state.leader) < 0 or slot >= TRIAL_CURVE or not math.isfinite(window.median):
         return False
-    median, se = state.leader_curve[0, slot], state.leader_curve[1, slot]
-    if not math.isfinite(median):
+    median, se, steps = state.leader_curve[:, slot]
+    if not math.isfinite(median) or steps != done:
         return False
     return window.median < median - 2.0 * math.hypot(se, window.se if math.isfinite(window.se) else 0.0)
 
@@ -526,13 +552,13 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
     slot = _trial_slot(done, window_length)
     if slot < TRIAL_CURVE:
         curve = state.trial_curve.copy()
-        curve[:, slot] = (window.median, window.se)
+        curve[:, slot] = (window.median, window.se, done)
         state = state._replace(trial_curve=curve)
     ended = sized and done >= int(state.trial_steps)
     if (
         (not sized or not ended)
         and math.isfinite(window.median)
-        and not (sized and _trails_leader(state, window, slot))
+        and not (sized and _trails_leader(state, window, slot, done))
     ):
         return state, loop_state
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
@@ -546,7 +572,7 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
         state = state._replace(leader=_i(index), leader_state=loop_state, leader_curve=state.trial_curve)
     elif leader < 0:  # the first candidate stopped early (non-finite): the leader for now
         state = state._replace(leader=_i(index), leader_state=loop_state)
-    state = state._replace(trial_curve=np.full((2, TRIAL_CURVE), np.nan))
+    state = state._replace(trial_curve=np.full((3, TRIAL_CURVE), np.nan))
     if index + 1 < len(candidates):
         nxt = candidates[index + 1]
         state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
@@ -565,11 +591,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     room = max_repeats // repeats if linear else 1  # draws are raised for a step linear in the gradient
     base = candidates[int(state.candidate)].step_size if candidates else rho
     best = float(state.best_elbo)
-    fell = (
-        window.good < 0.5 * window.steps
-        or _collapsed(window)
-        or (math.isfinite(best) and window.median < best - max(0.05 * abs(best), 10.0 * window.se, FALL_NATS))
-    )
+    fell = window.good < 0.5 * window.steps or _collapsed(window) or _fell_below_best(state, window)
     mean_params = _as_host(summary.mean_params)
     if fell and rho > base * 2.0**-12:
         rho /= 2.0
@@ -582,7 +604,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         # The window's mean iterate, not its last: an instability that starts at the end of
         # the best window (seen on the Olivetti DEF with Adam) must not be what a fall restores.
         best_state = loop_state._replace(params=_cast_like(mean_params, loop_state.params))
-        state = state._replace(best_elbo=_f(window.median), best_state=best_state)
+        state = state._replace(best_elbo=_f(window.median), best_se=_f(window.se), best_state=best_state)
     if int(state.phase) == APPROACH:
         count = int(state.num_medians)
         medians = np.roll(state.medians, -1)
@@ -649,6 +671,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         repeats=_i(repeats),
         phase=_i(APPROACH),
         best_elbo=_f(-np.inf),
+        best_se=_f(np.nan),
         best_state=next_state,
     )
     return _new_stage_statistics(state), next_state
@@ -705,21 +728,31 @@ def finish(state: ControllerState, reason: str) -> ControllerState:
 def answer(state: ControllerState, loop_state, *, settings: AdaptiveSettings | None, distance=None):
     """The parameters to return (:func:`_answer_source`): a converged run's average (its state
     holds it), the current stage's average once ``min_batches`` batches are in, else the last
-    stage's average, else the current stage's first batches, else the last iterate."""
+    stage's average, else the current stage's first batches, else the mean iterate of the
+    stage's best window, else the last iterate."""
     source = _answer_source(state, settings)
     if source == "current":
         return _cast_like(state.mean, loop_state.params)
     if source == "previous":
         return _cast_like(state.previous, loop_state.params)
+    if source == "window":
+        return _cast_like(state.best_state.params, loop_state.params)
     return loop_state.params
 
 
 def _answer_source(state: ControllerState, settings: AdaptiveSettings | None) -> str:
     """Where a stopped run's answer comes from: ``"converged"``, ``"current"`` (this stage's
-    average), ``"previous"`` (the last stage's) or ``"iterate"``. A stage's first batches are
-    not yet an answer where the last stage's average is one: Mendel stopped 200 steps into its
-    second stage's average returned one batch's mean, 4.4 concentration units off (0.38 sd
-    in the Fisher metric) against the first stage's 0.97."""
+    average), ``"previous"`` (the last stage's), ``"window"`` (the mean iterate of the
+    stage's window with the best median ELBO) or ``"iterate"`` (in the trial, or before a
+    stage's first window). A stage's first batches are not yet an answer where the last
+    stage's average is one: Mendel stopped 200 steps into its second stage's average returned
+    one batch's mean, 4.4 concentration units off (0.38 sd in the Fisher metric) against the
+    first stage's 0.97. Nor is the last iterate where a window's mean is one: the iterate
+    carries the step's noise, which the mean of a window's 100 iterates divides. On the
+    Olivetti DEF stopped in its first approach (Adam 0.1; 200-draw ELBO, float64, log space)
+    the last iterate scored -6.98e6 +- 2.7e4 at 30 s and -6.21e6 +- 7e4 at 120 s, the best
+    window's mean -6.83e6 +- 8.5e3 and -6.11e6 +- 1.2e3: ahead by more than the lag of half
+    a window costs, and the heavy left tail of the iterate's tiny gamma shapes averaged out."""
     if _converged(state):
         return "converged"
     batches = int(state.batches)
@@ -730,6 +763,8 @@ def _answer_source(state: ControllerState, settings: AdaptiveSettings | None) ->
         return "previous"
     if int(state.phase) == AVERAGE and batches:
         return "current"
+    if int(state.phase) in (APPROACH, AVERAGE) and math.isfinite(float(state.best_elbo)):
+        return "window"
     return "iterate"
 
 
@@ -762,6 +797,8 @@ def convergence(
         accuracy = distance(state.mean, _standard_error(state)) if int(state.batches) > 1 else math.nan
     elif source == "previous":
         accuracy, averaged = float(state.previous_accuracy), int(state.previous_iterations)
+    elif source == "window":
+        averaged = window
     if source in ("current", "previous") and math.isfinite(float(state.stage_bias)):
         # A stage's average is biased by its step: the last stage's bias, estimated from the
         # change between the last two stages (stage_bias), is reported with the MCSE (rat
