@@ -192,7 +192,12 @@ class Convergence(NamedTuple):
             + (f" ({self.draws} draws per step)" if self.draws else "")
             + "; "
             f"accuracy {self.accuracy:.2g} sd, stage change {self.stage_change:.2g} sd "
-            f"(bias {self.stage_bias:.2g} sd)"
+            f"(bias {self.stage_bias:.2g} sd); "
+            + (
+                f"the answer averages {self.averaged_iterations} iterates"
+                if self.averaged_iterations
+                else "the answer is the last iterate"
+            )
         )
 
 
