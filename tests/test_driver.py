@@ -325,25 +325,27 @@ def test_a_budget_shorter_than_compilation_still_takes_a_step():
 # --- the controller's tail-aware monitor -------------------------------------------------------------
 
 
-def test_a_window_whose_mean_collapses_under_a_steady_median_is_a_fall():
-    """ADVI on Omniglot: one-draw ELBOs of -1e16 in a window whose median is -7e6. The
-    controller restores the best state and halves the step."""
-    params = {"x": np.zeros(3, np.float32)}
-
+def _one_rule_controller(params):
     class State(NamedTuple):
         params: dict
         rng_key: jax.Array
 
     loop = State(params, jax.random.key(0))
-    select = lambda s, i, rho, repeats=1: s
-    state = controller.init(loop, 1, 0.1)
     kwargs = dict(
         settings=controller.AdaptiveSettings(),
         candidates=[rules.Candidate("adam-0.1", 0, 0.1)],
         initial_state=loop,
-        select=select,
+        select=lambda s, i, rho, repeats=1: s,
         distance=lambda p, d: 0.0,
     )
+    return controller.init(loop, 1, 0.1), loop, kwargs
+
+
+def test_a_window_whose_mean_collapses_under_a_steady_median_is_a_fall():
+    """ADVI on Omniglot: one-draw ELBOs of -1e16 in a window whose median is -7e6. The
+    controller restores the best state and halves the step."""
+    params = {"x": np.zeros(3, np.float32)}
+    state, loop, kwargs = _one_rule_controller(params)
     rng = np.random.default_rng(0)
     steady = -7e6 + rng.normal(0, 1e4, 100)
     summary = controller.WindowSummary(steady, np.ones(100, bool), np.zeros((100, 1), bool), params)
@@ -361,20 +363,7 @@ def test_a_healthy_heavy_tail_is_not_a_fall():
     median (gamma shapes near 0.1) in a converging run. Under the old mean-based rule these
     halved the step 12 times; they are not a fall."""
     params = {"x": np.zeros(3, np.float32)}
-
-    class State(NamedTuple):
-        params: dict
-        rng_key: jax.Array
-
-    loop = State(params, jax.random.key(0))
-    state = controller.init(loop, 1, 0.1)
-    kwargs = dict(
-        settings=controller.AdaptiveSettings(),
-        candidates=[rules.Candidate("adam-0.1", 0, 0.1)],
-        initial_state=loop,
-        select=lambda s, i, rho, repeats=1: s,
-        distance=lambda p, d: 0.0,
-    )
+    state, loop, kwargs = _one_rule_controller(params)
     rng = np.random.default_rng(1)
     for window in range(6):
         elbo = -5.8e6 + rng.normal(0, 1e4, 100)
@@ -383,22 +372,6 @@ def test_a_healthy_heavy_tail_is_not_a_fall():
         state, _ = controller.update(state, summary, loop, **kwargs)
         assert np.mean(elbo) < np.median(elbo) - 1e4 * abs(np.median(elbo))
     assert int(state.restarts) == 0 and math.isclose(float(state.step_size), 0.1)
-
-
-def _one_rule_controller(params):
-    class State(NamedTuple):
-        params: dict
-        rng_key: jax.Array
-
-    loop = State(params, jax.random.key(0))
-    kwargs = dict(
-        settings=controller.AdaptiveSettings(),
-        candidates=[rules.Candidate("adam-0.1", 0, 0.1)],
-        initial_state=loop,
-        select=lambda s, i, rho, repeats=1: s,
-        distance=lambda p, d: 0.0,
-    )
-    return controller.init(loop, 1, 0.1), loop, kwargs
 
 
 def test_a_fall_that_widens_its_own_spread_is_a_fall():

@@ -23,11 +23,12 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    window and halves ``rho``: the median falls below the best by 2% of its magnitude, 10
    standard errors of the best window's median and 2 nats; or half the steps were
    non-finite; or the window's lower 5% quantile falls 100 magnitudes of its median below
-   it while the median does not (a
-   left tail of many draws, e.g. ADVI's log-normal weights drawing ``e^30``: the one-draw
-   ELBO reaches ``-1e16`` before the parameters leave the float range; a single draw that
-   far down is the normal heavy tail of small gamma shapes, not a collapse). Three windows
-   in a row without a finite step raise :class:`~grepvi.errors.NumericalError`.
+   it while the median does not (a left tail of many draws, e.g. ADVI's log-normal weights
+   drawing ``e^30``: the one-draw ELBO reaches ``-1e16`` before the parameters leave the
+   float range; a single draw that far down is the normal heavy tail of small gamma shapes,
+   not a collapse). Three windows in a row without a finite step raise
+   :class:`~grepvi.errors.NumericalError`. A run stopped before its first average answers
+   with the mean iterate of its best window (:func:`answer`).
 2. **Average.** Once stationary, window mean iterates are averaged in batches of at least
    ``10 / rho`` iterations; batch means give the Monte Carlo standard error, measured in the
    Fisher metric of ``q`` (posterior standard deviations).
