@@ -191,7 +191,7 @@ class _FakeWindow:
         if active:
             self.steps.append((int(state.rule), active))
         if callable(self.elbos):  # of the rule and the steps it has run
-            elbo = np.full(self.length, self.elbos(int(state.rule), int(new_x(state, active)[0])))
+            elbo = np.full(self.length, self.elbos(int(state.rule), int(_x_after(state, active)[0])))
         else:
             elbo = np.full(self.length, self.elbos[int(state.rule)])
         out = {
@@ -200,11 +200,12 @@ class _FakeWindow:
             "nonfinite_latents": np.zeros((self.length, 1), bool),
             "extras": {},
         }
-        new = state._replace(params={"x": new_x(state, active)})
+        new = state._replace(params={"x": _x_after(state, active)})
         return new, new.params, out
 
 
-def new_x(state, active):
+def _x_after(state, active):
+    """The fake's parameter after ``active`` more steps: the steps its rule has run."""
     return state.params["x"] + active
 
 
