@@ -146,34 +146,6 @@ def test_a_window_runs_exactly_its_active_steps():
             assert not np.allclose(short.params[name][key], state.params[name][key])
 
 
-def test_a_window_computes_what_its_estimator_shares_once_at_its_first_state():
-    """G-REP's baseline (the estimator's ``prepare``) comes from the window's first iterate and
-    serves all of its steps: three steps of a window are three steps with that baseline, not
-    three with a fresh one each."""
-    from grepvi.inference.state import init, make_target, step
-
-    model = gamma_poisson()
-    target = make_target(model.logdensity_fn, model.families)
-    optimizer = optax.adam(0.3)
-    estimator = grepvi.get_estimator("grep")
-
-    def step_fn(s, d, shared=None):
-        return step(s, target, estimator, optimizer, d, None, shared)
-
-    step_fn.prepare = lambda s, d: estimator.prepare(s.params, target)
-    state = init(jax.random.key(0), target, optimizer)
-    windowed, _, _ = driver.make_window(step_fn, 10)(state, None, 3)
-    shared = estimator.prepare(state.params, target)
-    stale, fresh = state, state
-    for _ in range(3):
-        stale, _ = step_fn(stale, None, shared)
-        fresh, _ = step_fn(fresh, None)
-    for name in state.params:
-        for key in state.params[name]:
-            np.testing.assert_allclose(windowed.params[name][key], stale.params[name][key], rtol=1e-6)
-            assert not np.allclose(windowed.params[name][key], fresh.params[name][key], rtol=1e-6)
-
-
 def test_runs_that_differ_in_eta_share_one_program():
     """Eq. 9's eta is in the optimizer state: the eta search of Table 1 compiles one program."""
     from grepvi.inference.state import init, step

@@ -17,26 +17,15 @@ def _gamma_params(shape, mean):
 
 
 def test_grep_baseline_is_unbiased_and_cuts_the_shape_variance_at_a_large_shape():
-    """Fresh, and computed at other parameters (as a window computes it once at its first
-    iterate, :func:`grepvi.inference.driver.make_window`): both unbiased, both cut the shape's
-    variance."""
     model = testing.gamma_poisson(counts=(30.0, 25.0, 40.0), prior_shape=1.0, prior_rate=1.0)
     params = _gamma_params(60.0, 20.0)  # near, not at, the posterior (96, mean 24)
-    grep = grepvi.get_estimator("grep")
-    with_baseline = testing.check_unbiased(grep, model, params, jax.random.key(0))
+    with_baseline = testing.check_unbiased(grepvi.get_estimator("grep"), model, params, jax.random.key(0))
     plain = testing.check_unbiased(
         grepvi.get_estimator("grep", baseline=False), model, params, jax.random.key(0)
     )
-    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn, log_space=model.log_space)
-    shared = grep.prepare(_gamma_params(50.0, 18.0), target)  # an earlier iterate's baseline
-    stale = grep._replace(estimate=lambda key, p, t: grep.estimate(key, p, t, shared))
-    with_stale = testing.check_unbiased(stale, model, params, jax.random.key(0))
-    assert max(with_baseline.max_abs_z(), plain.max_abs_z(), with_stale.max_abs_z()) < 5.0
+    assert with_baseline.max_abs_z() < 5.0 and plain.max_abs_z() < 5.0
     # component 0 is the shape's gradient: the baseline removes most of its variance
     assert with_baseline.variance[0] < 0.2 * plain.variance[0], (with_baseline.variance, plain.variance)
-    assert with_stale.variance[0] < 0.3 * plain.variance[0], (with_stale.variance, plain.variance)
-    # and it is not the fresh baseline under another name
-    assert not np.allclose(with_stale.mean, with_baseline.mean, rtol=1e-6)
 
 
 def test_advi_sticking_the_landing_is_unbiased_and_exact_at_the_optimum():

@@ -284,7 +284,7 @@ def drawing_globals(estimator: Estimator, global_families: dict) -> Estimator:
         weights = sample_latents(key_w, global_families, target.bound_data["global_params"], target.log_space)
         return estimator.estimate(key, params, bind_globals(target, weights))
 
-    return estimator._replace(estimate=estimate, prepare=None)  # its baseline needs the drawn W
+    return estimator._replace(estimate=estimate)
 
 
 def _at_global_means(target: Target, global_families: dict) -> Target:

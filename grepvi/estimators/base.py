@@ -4,9 +4,7 @@ An estimator is a pure function ``estimate(rng_key, params, target) -> (grad, in
 returns an estimate of the gradient of the ELBO with respect to the unconstrained
 variational parameters (a pytree like ``params``) and an :class:`EstimateInfo`. Estimators
 that use a different variational family than the user's (ADVI's Gaussians on the
-unconstrained space) say so with ``adapt_families``. An estimator whose control variate
-needs no draw (G-REP's baseline) offers it as ``prepare(params, target) -> shared``; a loop
-may compute it once for many steps and call ``estimate(rng_key, params, target, shared)``.
+unconstrained space) say so with ``adapt_families``.
 """
 
 from collections.abc import Callable
@@ -46,18 +44,12 @@ class Estimator(NamedTuple):
       estimate: ``(rng_key, params, target) -> (grad, EstimateInfo)``; ``grad`` ascends the ELBO.
       adapt_families: maps the user's families to the ones this estimator optimizes.
       options: the keyword options it was built with (for logs and config files).
-      prepare: optional ``(params, target) -> shared``: what ``estimate`` computes from the
-        parameters alone, without a draw (a control variate's baseline). Computed at other
-        parameters (the first of a window of steps) and passed as ``estimate``'s fourth
-        argument, it leaves the estimate unbiased: only its variance depends on where it was
-        computed. ``None``: nothing to share.
     """
 
     name: str
-    estimate: Callable[..., tuple[dict, EstimateInfo]]
+    estimate: Callable[[Any, dict, Target], tuple[dict, EstimateInfo]]
     adapt_families: Callable[[dict[str, Family]], dict[str, Family]] = lambda families: families
     options: dict = {}
-    prepare: Callable[[dict, Target], Any] | None = None
 
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {}

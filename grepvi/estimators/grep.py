@@ -90,15 +90,13 @@ def average_gradient_variance(per_sample_grads):
 
 
 def multi_sample(single, num_samples: int, compute_variance: bool):
-    """Averages a one-draw estimator over ``num_samples`` independent draws (arguments after
-    the target, such as a shared baseline, are passed to every draw)."""
+    """Averages a one-draw estimator over ``num_samples`` independent draws."""
 
-    def estimate(rng_key, params, target, *shared):
+    def estimate(rng_key, params, target):
         if num_samples == 1 and not compute_variance:
-            return single(rng_key, params, target, *shared)
+            return single(rng_key, params, target)
         keys = jax.random.split(rng_key, num_samples)
-        in_axes = (0, None, None) + (None,) * len(shared)
-        grads, info = jax.vmap(single, in_axes=in_axes)(keys, params, target, *shared)
+        grads, info = jax.vmap(single, in_axes=(0, None, None))(keys, params, target)
         mean_grad = jax.tree_util.tree_map(lambda g: jnp.mean(g, 0), grads)
         extras = {key: jnp.mean(value, 0) for key, value in info.extras.items()}
         if compute_variance and num_samples > 1:
@@ -113,12 +111,7 @@ def grep(num_samples: int = 1, compute_variance: bool = False, baseline: bool = 
     """G-REP by autodiff of the surrogate above, averaged over ``num_samples`` draws.
 
     ``baseline``: subtract :func:`baseline_log_joints` in ``g_corr`` (unbiased; default on).
-    ``False`` is the paper's plain estimator. The baseline is the estimator's ``prepare``: a
-    loop may compute it once at the first parameters of a window of steps and pass it as
-    ``estimate``'s fourth argument (:func:`grepvi.inference.driver.make_window` does). It
-    stays unbiased (it does not depend on the draw) and, while the parameters move little
-    within a window, removes nearly the same variance; a fresh baseline costs a forward
-    pass of every factor per step (on the Olivetti DEF 2.5 of a 22 ms step).
+    ``False`` is the paper's plain estimator.
     """
     num_samples = positive_int(num_samples, "num_samples")
 
@@ -127,10 +120,10 @@ def grep(num_samples: int = 1, compute_variance: bool = False, baseline: bool = 
         grad, elbo = jax.grad(grep_surrogate, has_aux=True)(params, eps, target, baseline_values)
         return grad, EstimateInfo(elbo=elbo, extras={})
 
-    def estimate(rng_key, params, target, baseline_values=None):
-        if baseline and baseline_values is None:
-            baseline_values = baseline_log_joints(params, target)
-        return multi_sample(single, num_samples, compute_variance)(rng_key, params, target, baseline_values)
+    def estimate(rng_key, params, target):
+        values = baseline_log_joints(params, target) if baseline else None
+        draw = lambda key, p, t: single(key, p, t, values)
+        return multi_sample(draw, num_samples, compute_variance)(rng_key, params, target)
 
     return Estimator(
         name="grep",
@@ -140,5 +133,4 @@ def grep(num_samples: int = 1, compute_variance: bool = False, baseline: bool = 
             "compute_variance": compute_variance,
             "baseline": bool(baseline),
         },
-        prepare=baseline_log_joints if baseline else None,
     )

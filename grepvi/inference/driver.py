@@ -123,16 +123,11 @@ def make_window(
     ``track_mean`` (a fixed schedule, which averages nothing) the mean returned is the last
     iterate and the window does no extra work per step. ``compiler_options``: XLA options of
     the ahead-of-time compilation (:func:`grepvi.inference.compilation_cache.step_compiler_options`:
-    a small model's window compiles in half the time). A ``step_fn`` with a ``prepare(state,
-    data)`` attribute (what its estimator shares across steps: G-REP's baseline, see
-    :class:`~grepvi.estimators.base.Estimator`) gets that, computed once at the window's first
-    state, as a third argument: on the Olivetti DEF it saves a forward pass of every factor
-    per step.
+    a small model's window compiles in half the time).
     """
-    prepare = getattr(step_fn, "prepare", None)
 
-    def one_step(state, data, shared):
-        new_state, info = step_fn(state, data) if shared is None else step_fn(state, data, shared)
+    def one_step(state, data):
+        new_state, info = step_fn(state, data)
         extras = {key: value for key, value in info.extras.items() if jnp.ndim(value) == 0}
         out = {
             "elbo": info.elbo,
@@ -146,15 +141,13 @@ def make_window(
 
     def program(state, data, active):
         active = jnp.clip(jnp.asarray(active, jnp.int32), 0, length)
-        # What the estimator shares across steps (G-REP's baseline), at the window's first state.
-        shared = None if prepare is None else prepare(state, data)
-        traced_step, shapes = traced_once(one_step, state, data, shared)
+        traced_step, shapes = traced_once(one_step, state, data)
         buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((length, *s.shape), s.dtype), shapes[1])
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params) if track_mean else ()
 
         def body(index, carry):
             state, total, buffers = carry
-            state, out = traced_step(state, data, shared)
+            state, out = traced_step(state, data)
             if track_mean:
                 total = jax.tree_util.tree_map(jnp.add, total, state.params)
             buffers = jax.tree_util.tree_map(lambda b, v: b.at[index].set(v), buffers, out)

@@ -30,7 +30,7 @@ from grepvi.inference.state import StepInfo, Trace, check_target, init, make_tar
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
-from grepvi.target import Target, bind_data
+from grepvi.target import Target
 
 __all__ = [
     "FitResult",
@@ -274,15 +274,12 @@ def _step_and_state(
     def repeats_of(state):
         return rules.repeats(state.opt_state) if repeated else None
 
-    def step_fn(state, data, shared=None):
-        return step(state, target, stepper, optimizer, data, repeats_of(state), shared)
+    def step_fn(state, data):
+        return step(state, target, stepper, optimizer, data, repeats_of(state))
 
-    def widened_step_fn(state, data, shared=None):
-        return step(state, widened, stepper, optimizer, data, repeats_of(state), shared)
+    def widened_step_fn(state, data):
+        return step(state, widened, stepper, optimizer, data, repeats_of(state))
 
-    if stepper.prepare is not None:  # once per window (driver.make_window), not once per step
-        step_fn.prepare = lambda state, data: stepper.prepare(state.params, bind_data(target, data))
-        widened_step_fn.prepare = lambda state, data: stepper.prepare(state.params, bind_data(widened, data))
     return step_fn, init(key, target, optimizer, init_params), None, data, widened_step_fn
 
 

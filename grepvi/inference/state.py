@@ -341,16 +341,14 @@ def traced_once(function, *args):
 
 
 def step(
-    state: VIState, target: Target, estimator: Estimator, optimizer, data=None, repeats=None, shared=None
+    state: VIState, target: Target, estimator: Estimator, optimizer, data=None, repeats=None
 ) -> tuple[VIState, StepInfo]:
     """One iteration of Algorithm 1: estimate, guard, update.
 
     ``data``: the data pytree of a target with ``takes_data`` (an argument of the compiled
     program, never a constant of it). ``repeats``: an int array of the state (the default
     procedure's :func:`grepvi.inference.rules.repeats`): the gradient is the average of that
-    many estimates (:func:`repeated_estimate`); None: one. ``shared``: what the estimator's
-    ``prepare`` computed (at the first parameters of a window), passed to every estimate;
-    None: each estimate computes its own.
+    many estimates (:func:`repeated_estimate`); None: one.
 
     A gradient with any non-finite component is not applied (the parameters and optimizer
     state stay as they were); ``StepInfo.nonfinite_latents`` says which latent had it, and
@@ -358,11 +356,7 @@ def step(
     """
     target = bind_data(target, data)
     rng_key, key = jax.random.split(state.rng_key)
-    estimate = estimator.estimate
-    if shared is not None:
-        estimate = lambda key, params, target: estimator.estimate(key, params, target, shared)  # noqa: E731
-    if repeats is not None:
-        estimate = repeated_estimate(estimate, repeats)
+    estimate = estimator.estimate if repeats is None else repeated_estimate(estimator.estimate, repeats)
     grad, info = estimate(key, state.params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
     names = sorted(target.families)
