@@ -134,19 +134,23 @@ def tiny_mean_plate_model(x):
 @pytest.mark.parametrize("widening", [True, False])
 def test_minibatch_vi_widens_too(widening, monkeypatch):
     """A subsampled plate runs minibatch VI through its own step: it switches to the widened
-    gradient as the full-batch step does; without the widening the same run stalls."""
+    gradient as the full-batch step does; without the widening the same run stalls. (q starts
+    where float32 overflows, as in the full-batch case: from the prior's mean, 1e-18, the
+    trial's first rule, Adam 0.1, never meets an overflow.)"""
+    import grepvi
     from grepvi.errors import NonFiniteStepWarning, NumericalError
     from grepvi.inference import minibatch
 
     x = np.asarray([3e-21, 5e-21, 2e-21, 4e-21, 1e-21, 6e-21, 3e-21, 2e-21], np.float32)
     adapted = from_numpyro(tiny_mean_plate_model, x)
+    latents = {"m": grepvi.Gamma(init_mean=1e-20)}
     if not widening:  # the widened window then computes what the float32 one does
         monkeypatch.setattr(minibatch, "widened_target", lambda target: target)
         with warnings.catch_warnings(), pytest.raises(NumericalError, match="non-finite gradient"):
             warnings.simplefilter("ignore", NonFiniteStepWarning)  # the stall's own summary
-            adapted.fit(progress=False, num_steps=3000)
+            adapted.fit(progress=False, num_steps=3000, latents=latents)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("error", NonFiniteStepWarning)
-        result = adapted.fit(progress=False, num_steps=3000)
+        result = adapted.fit(progress=False, num_steps=3000, latents=latents)
     assert int(result.run_state.controller.widened) == 1
