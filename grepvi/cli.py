@@ -342,9 +342,12 @@ def _print_metrics(metrics: dict, out) -> None:
     convergence = metrics.get("convergence")
     if convergence:
         state = "converged" if convergence["converged"] else f"not converged ({convergence['reason']})"
+        accuracy = f"accuracy {_shown(convergence['accuracy'], '.2g')} sd"
+        if convergence["accuracy"] is None and convergence.get("monte_carlo_error") is not None:
+            accuracy = f"accuracy unknown (Monte Carlo error {convergence['monte_carlo_error']:.2g} sd)"
         lines.append(
             f"  {state}: {convergence['direction']} steps, {convergence['num_stages']} stage(s), "
-            f"accuracy {_shown(convergence['accuracy'], '.2g')} sd, "
+            f"{accuracy}, "
             f"final step size {_shown(convergence['step_size'], '.3g')}"
         )
     if ll:

@@ -162,9 +162,13 @@ class Convergence(NamedTuple):
       num_stages: step-size stages begun.
       step_size: ``rho`` of the last stage.
       accuracy: estimated error of the returned average, in posterior standard deviations:
-        its Monte Carlo error, and for a run stopped before converging after a stage has
-        ended, the last stage's bias estimated from the change between stages
-        (``stage_bias``) with it (nan when no average was formed).
+        its Monte Carlo error and, for a run stopped before converging, its stage's bias
+        estimated from the change between stages (``stage_bias``, or this stage's average
+        against the last one's). nan where no average was formed, and where the answer is the
+        first stage's average: its bias, of the order of its step, is measured only by a
+        second stage (rat tumours stopped at 5 s in its first stage: Monte Carlo error 0.020
+        sd, 0.064 sd from the converged answer; the converged run's first stage change was
+        0.065 sd). ``monte_carlo_error`` says the part that is known.
       stage_change: difference between the last two stage averages, same units (nan if fewer).
       stage_bias: the last stage's bias estimated from that change (:func:`stage_bias`; the
         change itself when the step was halved between them).
@@ -191,15 +195,22 @@ class Convergence(NamedTuple):
     draws: int = 0
     trial_elbos: dict = {}
     trial_note: str = ""
+    monte_carlo_error: float = math.nan
 
     def summary(self) -> str:
         state = "converged" if self.converged else f"not converged ({self.reason})"
+        accuracy = f"accuracy {self.accuracy:.2g} sd"
+        if math.isnan(self.accuracy) and math.isfinite(self.monte_carlo_error):
+            accuracy = (
+                f"accuracy unknown (Monte Carlo error {self.monte_carlo_error:.2g} sd; the first "
+                "stage's bias is measured by a second)"
+            )
         return (
             f"{state} after {self.num_iterations} iterations, {self.num_stages} stage(s) of "
             f"{self.direction or 'fixed'} steps"
             + (f" ({self.draws} draws per step)" if self.draws else "")
             + "; "
-            f"accuracy {self.accuracy:.2g} sd, stage change {self.stage_change:.2g} sd "
+            f"{accuracy}, stage change {self.stage_change:.2g} sd "
             f"(bias {self.stage_bias:.2g} sd); "
             + (
                 f"the answer averages {self.averaged_iterations} iterates"
@@ -831,11 +842,14 @@ def convergence(
         accuracy, averaged = float(state.previous_accuracy), int(state.previous_iterations)
     elif source == "window":
         averaged = window
-    if source in ("current", "previous") and math.isfinite(float(state.stage_bias)):
+    monte_carlo = accuracy
+    if source in ("current", "previous") and not _converged(state):
         # A stage's average is biased by its step: the last stage's bias, estimated from the
         # change between the last two stages (stage_bias), is reported with the MCSE (rat
         # tumours stopped at 30 s: MCSE 0.0072 sd, 0.0109 sd from the converged answer).
-        accuracy = math.hypot(accuracy if math.isfinite(accuracy) else 0.0, float(state.stage_bias))
+        bias = _answer_bias(state, source, distance)
+        known = accuracy if math.isfinite(accuracy) else 0.0
+        accuracy = math.hypot(known, bias) if math.isfinite(bias) else math.nan
     labels = [c.label for c in candidates]
     scores = {
         label: float(s) for label, s in zip(labels, state.trial_scores, strict=False) if not np.isnan(s)
@@ -862,7 +876,20 @@ def convergence(
         draws=int(base_draws) * int(state.repeats),
         trial_elbos=scores,
         trial_note=_trial_note(state, labels, kept, tie),
+        monte_carlo_error=nan_safe(monte_carlo),
     )
+
+
+def _answer_bias(state: ControllerState, source: str, distance) -> float:
+    """The bias of a stopped run's stage average, in posterior sd (nan: not measured): the
+    last ended stage's estimate (:func:`stage_bias`), or, in the second stage before it ends,
+    this stage's average against the first's (the estimate its end would make); a first
+    stage's is unknown."""
+    bias = float(state.stage_bias)
+    if math.isfinite(bias) or source != "current" or not bool(state.has_previous) or distance is None:
+        return bias
+    change = distance(state.mean, jax.tree_util.tree_map(np.subtract, state.mean, state.previous))
+    return stage_bias(change, float(state.step_size) / int(state.repeats) / float(state.previous_scale))
 
 
 def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) -> str:
