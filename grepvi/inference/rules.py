@@ -191,7 +191,7 @@ def default_candidates(families: dict, step_size: float, max_kl: float, adam_ste
     candidate runs the whole trial and the others stop where they trail it
     (:mod:`grepvi.inference.controller`), so the rule that is rarely far behind runs first:
     on the Olivetti DEF the natural gradient, first before, ran all its trial steps at an
-    ELBO 30 times Adam 0.1's. Returns ``(optimizer, candidates)``; the optimizer starts at the
+    ELBO 35 times below Adam 0.1's. Returns ``(optimizer, candidates)``; the optimizer starts at the
     first candidate.
     """
     rules, candidates = [], []
