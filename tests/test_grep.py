@@ -387,28 +387,23 @@ def test_local_log_joints_lower_the_variance():
     the whole log joint removes the other latents' terms, which only add noise. The ``mean`` components have
     no ``g_corr`` (the gamma's ``q_eps`` depends on the shape only) and are identical.
 
-    Measured (seed 0): per-draw variance of ``d/d concentration``, whole / local = 1.82, 1.89,
-    2.07, 2.24. Asserted: ``log(ratio) > 5`` standard errors, with the standard error of each
-    log-variance estimate ``sqrt((kurtosis - 1) / n)`` from the draws (~0.01 here), added in
-    quadrature (conservative: the two estimates are positively correlated).
+    Measured (seed 0, 300,000 draws): per-draw variance of ``d/d concentration``, whole /
+    local = 1.83, 1.82, 2.00, 2.27. Asserted by a paired test (both estimators see the same
+    draws): the mean over draws of ``(g_whole - mean)^2 - (g_local - mean)^2`` above 5 of its
+    standard errors (z = 18 to 29 here). The shape-1 gradients are heavy-tailed: an unpaired
+    comparison of two log-variances with kurtosis-based errors gave z = 4.9 to 5.8 for one
+    component after the sampler's random bits changed, at 100,000 and 300,000 draws.
     """
-    local, _ = _draws("gamma-poisson", 1.0, True)
-    whole, _ = _draws("gamma-poisson", 1.0, False)
+    local, _ = _draws("gamma-poisson", 1.0, True, chunks=3)
+    whole, _ = _draws("gamma-poisson", 1.0, False, chunks=3)
     # Leaves in order: concentration (4), mean (4).
     np.testing.assert_allclose(local[:, 4:], whole[:, 4:], rtol=1e-5, atol=1e-5)
-
-    def log_variance_and_standard_error(draws):
-        centred = draws - draws.mean(0)
-        variance = np.mean(centred**2, 0)
-        kurtosis = np.mean(centred**4, 0) / variance**2
-        return np.log(variance), np.sqrt((kurtosis - 1.0) / draws.shape[0])
-
-    log_whole, error_whole = log_variance_and_standard_error(whole[:, :4])
-    log_local, error_local = log_variance_and_standard_error(local[:, :4])
-    z_score = (log_whole - log_local) / np.hypot(error_whole, error_local)
-    assert np.all(z_score > MAX_STANDARD_ERRORS), (
-        f"variance whole / local {np.exp(log_whole - log_local)}, z-scores {z_score}"
-    )
+    centred_local = local[:, :4] - local[:, :4].mean(0)
+    centred_whole = whole[:, :4] - whole[:, :4].mean(0)
+    difference = centred_whole**2 - centred_local**2
+    z_score = difference.mean(0) / (difference.std(0, ddof=1) / np.sqrt(difference.shape[0]))
+    ratio = np.mean(centred_whole**2, 0) / np.mean(centred_local**2, 0)
+    assert np.all(z_score > MAX_STANDARD_ERRORS), f"variance whole / local {ratio}, z-scores {z_score}"
 
 
 # --- float32 at tiny shapes ----------------------------------------------------------------------

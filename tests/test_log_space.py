@@ -65,8 +65,19 @@ MODELS = ("gamma-poisson", "beta-bernoulli", "dirichlet-multinomial")
 @pytest.mark.parametrize("estimator_name", ESTIMATORS + ("grep-closed-form",))
 def test_log_space_target_gives_the_value_space_gradient(estimator_name, model_name):
     """Same key, same draws: the gradient of a log-space target equals the value-space one
-    (float32, 200 keys, shapes 1, 3 and 10, where no draw meets the clamp), to 1e-4 of each
-    component's largest magnitude. The ELBO estimates agree too."""
+    (200 keys, shapes 1, 3 and 10, where no draw meets the clamp), to 1e-4 of each
+    component's largest magnitude. The ELBO estimates agree too.
+
+    In float64: in float32 the value-space path itself is off where a draw comes within ~1e-5
+    of a boundary (the beta's ``log(1 - z)`` with ``1 - z`` resolved to 6e-8), which a
+    Beta(1, 0.7) does in about 1 of 3,000 draws: BBVI's 1,600 draws here met one (2e-4 of the
+    component's scale) once the sampler's bits changed. This test is about the two paths'
+    algebra; the log-space path's float32 accuracy is tested at tiny shapes elsewhere."""
+    with jax.enable_x64(True):
+        _compare_log_space_with_value_space(estimator_name, model_name)
+
+
+def _compare_log_space_with_value_space(estimator_name, model_name):
     if estimator_name == "grep-closed-form" and model_name == "dirichlet-multinomial":
         pytest.skip("grep-closed-form has no Dirichlet formulas (it refuses them)")
     options = {"num_samples": 4, "num_control_samples": 4} if estimator_name == "bbvi" else {}
@@ -77,6 +88,7 @@ def test_log_space_target_gives_the_value_space_gradient(estimator_name, model_n
     if estimator_name == "advi":
         family = next(iter(estimator.adapt_families(_conjugate(model_name, False).families).values()))
         params = {name: family.init_params(jax.random.key(1)) for name in params}
+    params = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, jnp.float64), params)
     keys = jax.random.split(jax.random.key(3), 200)
     # the supplement's closed form exists for the beta with the zero-correction sigma
     beta = {"standardization": "zero-correction"} if estimator_name == "grep-closed-form" else {}

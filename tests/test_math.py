@@ -39,6 +39,27 @@ def test_softplus_round_trip():
     np.testing.assert_allclose(numerics.softplus(numerics.inverse_softplus(y)), y, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softplus_and_its_derivative_match_the_exact_values(dtype):
+    """Value ``log1p(e^x)`` and derivative ``sigmoid(x)`` against float64 numpy (mpmath-level
+    forms), across the switch to ``x`` (20 in float32, 40 in float64) and at +-inf."""
+    x = np.concatenate([-np.logspace(3, -4, 60), [0.0], np.logspace(-4, 3, 60), [19.9, 20.1, 39.9, 40.1]])
+    x = x.astype(dtype).astype(np.float64)  # the inputs as the dtype holds them
+    value = np.logaddexp(0.0, x)
+    derivative = special.expit(x)
+    rtol = 4e-7 if dtype == "float32" else 1e-14
+    with jax.enable_x64(dtype == "float64"):
+        xs = jnp.asarray(x, dtype)
+        got = np.asarray(numerics.softplus(xs), np.float64)
+        got_derivative = np.asarray(jax.vmap(jax.grad(numerics.softplus))(xs), np.float64)
+        at_inf = numerics.softplus(jnp.asarray([-np.inf, np.inf], dtype))
+    finite = value > np.finfo(dtype).tiny  # below, both flush to 0 (float32: x < -87)
+    np.testing.assert_allclose(got[finite], value[finite], rtol=rtol)
+    np.testing.assert_allclose(got_derivative[finite], derivative[finite], rtol=rtol)
+    assert np.all(got[~finite] <= np.finfo(dtype).tiny)
+    np.testing.assert_array_equal(np.asarray(at_inf), [0.0, np.inf])
+
+
 def test_gammaln_and_betaln_match_scipy():
     expected = special.gammaln(X)
     got32 = np.asarray(numerics.gammaln(jnp.asarray(X, jnp.float32)), np.float64)

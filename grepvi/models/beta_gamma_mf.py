@@ -54,7 +54,7 @@ def logit(z):
 
 def bernoulli_log_likelihood(x, logits):
     """``log Bernoulli(x; sigmoid(logits))`` per entry, ``x`` in {0, 1}."""
-    return -jax.nn.softplus((1.0 - 2.0 * x) * logits)
+    return -numerics.softplus((1.0 - 2.0 * x) * logits)
 
 
 def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weight_rate: float = 0.3) -> Model:

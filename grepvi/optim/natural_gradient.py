@@ -96,8 +96,9 @@ def natural_direction(families: dict[str, Family], params: dict, grad: dict, sec
 
 def _relative_rate(v):
     """``d log softplus(v) / dv = sigmoid(v) / softplus(v)``: 1 for very negative ``v``."""
-    safe = jnp.maximum(v, -15.0)
-    return jnp.where(v < -15.0, 1.0, jax.nn.sigmoid(safe) / jax.nn.softplus(safe))
+    exp_v = jnp.exp(jnp.clip(v, -15.0, 20.0))
+    softplus = jnp.where(v > 20.0, v, jnp.log1p(exp_v))
+    return jnp.where(v < -15.0, 1.0, exp_v / ((1.0 + exp_v) * softplus))
 
 
 def _largest_relative_change(family, params, direction, rho):
@@ -275,7 +276,7 @@ def positive_in_log_scale(families: dict[str, Family], inner: optax.GradientTran
         step, inner_state = inner.update(log_updates, state.inner, params)
 
         def apply(du, v):
-            log_theta = jnp.where(v < -15.0, v, jnp.log(jax.nn.softplus(jnp.maximum(v, -15.0))))
+            log_theta = jnp.where(v < -15.0, v, jnp.log(numerics.softplus(jnp.maximum(v, -15.0))))
             new_log_theta = log_theta + jnp.clip(du, -10.0, 10.0)
             # softplus^{-1}(theta) = log(expm1(theta)), = log(theta) for tiny theta
             new_v = jnp.where(
