@@ -28,6 +28,7 @@ OPTION_SETS = {
     "legacy-emitters": {"xla_cpu_use_fusion_emitters": False},
     "legacy-emitters-O2": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2},
     "O1": {"xla_backend_optimization_level": 1},
+    "O0": {"xla_backend_optimization_level": 0},
     "legacy-emitters-O1": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1},
     "legacy-emitters-O0": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0},
 }

@@ -78,6 +78,7 @@ def enable_persistent_cache(path: str | os.PathLike | None = None) -> Path | Non
 
 SMALL_MODEL_ELEMENTS = 10_000  # latent elements up to which step programs compile for size
 SMALL_MODEL_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
+LARGE_MODEL_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 
 
 def step_compiler_options(num_elements: int, backend: str | None = None) -> dict:
@@ -88,15 +89,20 @@ def step_compiler_options(num_elements: int, backend: str | None = None) -> dict
     (HLO passes are 0.1 s of 2-3 s), and these options halve it at a run time per step
     within the noise (``benchmarks/compile_options.py``, 2 loaded cores, CPU seconds of the
     default procedure's window: pumps 6.0 -> 2.6, rat tumors 9.7 -> 5.3; a one-element
-    gamma-Poisson 2.5 -> 1.1). Large models keep XLA's defaults: the same options made a G-REP step of
-    Olivetti's DEF 2.5 times slower (48.8 -> 128 ms). Other backends: none.
+    gamma-Poisson 2.5 -> 1.1). Large models keep XLA's fusion emitters (the older emitters
+    made a G-REP step of Olivetti's DEF 2.5 times slower, 48.8 -> 128 ms) with LLVM at
+    ``-O1``: the DEF's step program compiled in 5.5 s instead of 6.2-6.4 (-O3), at the same
+    time per step (18.6-18.7 ms against 18.5-18.9; -O0: 4.2 s and 107 ms). Other backends:
+    none.
 
     Use: ``jax.jit(program, compiler_options=step_compiler_options(n))`` or
     ``lowered.compile(compiler_options=...)``.
     """
     backend = backend or jax.default_backend()
-    if backend != "cpu" or int(num_elements) > SMALL_MODEL_ELEMENTS:
+    if backend != "cpu":
         return {}
+    if int(num_elements) > SMALL_MODEL_ELEMENTS:
+        return dict(LARGE_MODEL_COMPILER_OPTIONS)
     return dict(SMALL_MODEL_COMPILER_OPTIONS)
 
 
