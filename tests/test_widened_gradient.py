@@ -73,18 +73,28 @@ def tiny_mean_logdensity(latents):
 
 @pytest.mark.slow
 def test_without_the_widened_window_the_same_fit_stalls():
-    """The case is one: run on float32 gradients alone, q drifts to where every draw overflows
-    and the default procedure stops with a NumericalError (at iteration 124,900)."""
+    """The case is one: run on float32 gradients alone, q drifts to where draws overflow and
+    the default procedure never converges. How it ends depends on the draws: with one seed's
+    it stopped with a NumericalError (every draw overflowing, at iteration 124,900); with
+    another's it ran out its 200,000 iterations with 91,901 steps skipped as non-finite and
+    its step size halved twelve times. Either is a stall; the test accepts both and nothing
+    else."""
     import grepvi
     from grepvi.errors import NumericalError
     from grepvi.estimators.base import get_estimator
-    from grepvi.inference import fitting
+    from grepvi.inference import controller, fitting
     from grepvi.inference.state import make_target
 
     target = make_target(tiny_mean_logdensity, {"m": grepvi.Gamma()})
     setup = fitting.setup(target, get_estimator("grep"), max_steps=fitting.DEFAULT_MAX_STEPS)
-    with pytest.raises(NumericalError, match="non-finite gradient"):
-        setup._replace(widened_window=None).run(max_steps=fitting.DEFAULT_MAX_STEPS)
+    try:
+        state = setup._replace(widened_window=None).run(max_steps=fitting.DEFAULT_MAX_STEPS)
+    except NumericalError as error:
+        assert "non-finite gradient" in str(error)
+        return
+    assert controller.REASONS[int(state.controller.reason)] == "max_steps"
+    # a tenth of the steps skipped at least (with the widened window: none, next test)
+    assert int(state.loop.num_skipped) > fitting.DEFAULT_MAX_STEPS // 10
 
 
 def test_the_default_fit_converges_where_float32_overflows():
