@@ -58,7 +58,7 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             adapted = from_numpyro(entry.model, *args)
-            result = adapted.fit(progress=False)
+            result = adapted.fit(progress=False, seed=seed)
             jax.block_until_ready(result.params)
         record["time"] = time.perf_counter() - start
         record["converged"] = bool(result.converged)
