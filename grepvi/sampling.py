@@ -409,7 +409,8 @@ def _random_bits(rng_key, shape, bits_dtype):
     (Olivetti's DEF: 4.3 ms of 9.1 for 1.4 million words). Other key implementations, and
     ``uint64`` words, go through :func:`jax.random.bits`.
     """
-    if bits_dtype != jnp.uint32:
+    count = math.prod(shape)
+    if bits_dtype != jnp.uint32 or count >= 2**32 - 1:  # the counters are uint32
         return jax.random.bits(rng_key, shape, bits_dtype)
     if jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
         if "threefry" not in str(jax.random.key_impl(rng_key)):
@@ -419,7 +420,6 @@ def _random_bits(rng_key, shape, bits_dtype):
         key_words = rng_key
     else:
         return jax.random.bits(rng_key, shape, bits_dtype)
-    count = math.prod(shape)
     counters = jax.lax.iota(jnp.uint32, count + count % 2)
     return threefry_2x32(key_words, counters)[:count].reshape(shape)
 
