@@ -42,10 +42,13 @@ sampler, so the stages change the cost, not the distribution.
    probability ``0.0484^5 = 3e-7``, so about one call in eight needs a second round at
    460,000 elements.
 
-Drawing 4 proposals for every element instead takes about 1.5 times as long: on CPU, the
-random bits (Threefry) and ``erfinv`` dominate, not the acceptance test. The bits use both
-words of every Threefry block (:func:`_random_bits`; ``jax.random.bits`` hashes a block per
-word under JAX's partitionable default): the DEF's draw went from 9.1 to 6.6 ms.
+Drawing 4 proposals for every element instead takes about 1.5 times as long: on CPU,
+``jax.random.bits`` (Threefry) and ``erfinv`` dominate, not the acceptance test. (Using both
+words of each Threefry block, where ``jax.random.bits`` under JAX's partitionable default
+hashes a block per word, made the DEF's draw 9.1 -> 6.6 ms; with those bits two fits lost
+their way more often (a prior-only model of 2,000 Gamma(0.1, 0.1) units had 1-2 units whose
+q-mean drifted to 1e6 in 3 seeds of 3, none in 3 with ``jax.random.bits``), which was not
+explained, so it was taken back.)
 
 Small arrays (the latents of small models, drawn up to 64 times per step under ``vmap``):
 every element gets ``SMALL_PROPOSALS`` = 8 proposals at once, from one call of the bit
@@ -85,7 +88,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry_2x32
 
 from grepvi.errors import ConfigError
 
@@ -393,35 +395,10 @@ def _open_uniform(rng_key, shape, dtype):
     else:
         bits_dtype, exponent_of_one = jnp.uint64, 0x3FF0000000000000
     mantissa_bits = np.finfo(dtype).nmant
-    bits = _random_bits(rng_key, shape, bits_dtype)
+    bits = jax.random.bits(rng_key, shape, bits_dtype)
     shift = np.dtype(bits_dtype).itemsize * 8 - mantissa_bits
     one_to_two = jax.lax.bitcast_convert_type((bits >> shift) | np.array(exponent_of_one, bits_dtype), dtype)
     return (one_to_two - 1) + 2.0 ** -(mantissa_bits + 1)
-
-
-def _random_bits(rng_key, shape, bits_dtype):
-    """Uniform random ``uint32`` words, two from each Threefry-2x32 block.
-
-    :func:`jax.random.bits` under ``jax_threefry_partitionable`` (JAX's default) computes one
-    Threefry block (two words) per ``uint32`` it returns and XORs the pair; here the block's
-    two words are both used, with counters ``0 .. n-1`` (JAX's own construction without
-    partitionable counters): half the hashing, which was half of the sampler's time on CPU
-    (Olivetti's DEF: 4.3 ms of 9.1 for 1.4 million words). Other key implementations, and
-    ``uint64`` words, go through :func:`jax.random.bits`.
-    """
-    count = math.prod(shape)
-    if bits_dtype != jnp.uint32 or count >= 2**32 - 1:  # the counters are uint32
-        return jax.random.bits(rng_key, shape, bits_dtype)
-    if jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key):
-        if "threefry" not in str(jax.random.key_impl(rng_key)):
-            return jax.random.bits(rng_key, shape, bits_dtype)
-        key_words = jax.random.key_data(rng_key)
-    elif jax.config.jax_default_prng_impl == "threefry2x32" and jnp.shape(rng_key) == (2,):
-        key_words = rng_key
-    else:
-        return jax.random.bits(rng_key, shape, bits_dtype)
-    counters = jax.lax.iota(jnp.uint32, count + count % 2)
-    return threefry_2x32(key_words, counters)[:count].reshape(shape)
 
 
 def _standard_normal(rng_key, shape, dtype):

@@ -278,25 +278,3 @@ def test_large_models_are_not_gathered():
     key = jax.random.key(3)
     for gathered, plain in zip(sampling.with_one_gamma_draw(fn, key), fn(key), strict=True):
         np.testing.assert_array_equal(np.asarray(gathered), np.asarray(plain))
-
-
-@pytest.mark.parametrize("shape", [(6,), (3, 5), (1,)])
-def test_random_bits_are_jaxs_threefry_words(shape):
-    """Both words of every Threefry block are used: the words are JAX's own non-partitionable
-    ``jax.random.bits`` (counters ``0 .. n-1``), padded to an even count."""
-    key = jax.random.key(7)
-    got = sampling._random_bits(key, shape, jnp.uint32)
-    size = int(np.prod(shape))
-    with jax.threefry_partitionable(False):
-        expected = jax.random.bits(key, (size + size % 2,), jnp.uint32)[:size].reshape(shape)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
-    raw = jax.random.key_data(key)
-    np.testing.assert_array_equal(np.asarray(sampling._random_bits(raw, shape, jnp.uint32)), np.asarray(got))
-
-
-def test_random_bits_of_other_generators_fall_back_to_jax():
-    key = jax.random.key(7, impl="rbg")
-    np.testing.assert_array_equal(
-        np.asarray(sampling._random_bits(key, (8,), jnp.uint32)),
-        np.asarray(jax.random.bits(key, (8,), jnp.uint32)),
-    )
