@@ -96,6 +96,9 @@ def natural_direction(families: dict[str, Family], params: dict, grad: dict, sec
 
 def _relative_rate(v):
     """``d log softplus(v) / dv = sigmoid(v) / softplus(v)``: 1 for very negative ``v``."""
+    # softplus written out with the sigmoid's exp shared: with numerics.softplus(v) here (a
+    # custom JVP whose exp XLA does not share) the log-scale Adam rule took 4.5 ms per update
+    # on the DEF's 920,000 parameters against 2.7 ms.
     exp_v = jnp.exp(jnp.clip(v, -15.0, 20.0))
     softplus = jnp.where(v > 20.0, v, jnp.log1p(exp_v))
     return jnp.where(v < -15.0, 1.0, exp_v / ((1.0 + exp_v) * softplus))
