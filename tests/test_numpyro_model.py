@@ -76,6 +76,23 @@ def test_defaults_fit_a_numpyro_model_to_its_exact_posterior():
     assert float(posterior.variance()) == pytest.approx(shape / rate**2, rel=0.05)
 
 
+def test_a_model_without_arguments_fits_its_prior():
+    """A NumPyro model with no data (no argument at all): the posterior is the prior, Gamma(2, 1)
+    and Beta(2, 3); ``fit`` used to refuse the empty data pytree ``()``."""
+
+    def model():
+        numpyro.sample("rate", dist.Gamma(2.0, 1.0))
+        numpyro.sample("p", dist.Beta(2.0, 3.0))
+
+    result = from_numpyro(model).fit(progress=False)
+    assert result.converged
+    rate, p = result.posterior["rate"], result.posterior["p"]
+    assert float(rate.mean()) == pytest.approx(2.0, rel=0.02)
+    assert float(rate.variance()) == pytest.approx(2.0, rel=0.05)
+    assert float(p.mean()) == pytest.approx(0.4, rel=0.02)
+    assert float(p.variance()) == pytest.approx(0.04, rel=0.05)
+
+
 def test_families_by_support_and_by_request():
     def model():
         numpyro.sample("positive", dist.Exponential(1.0))

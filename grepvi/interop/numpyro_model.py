@@ -47,6 +47,7 @@ Example::
     True
 """
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -283,15 +284,26 @@ class NumPyroModel(NamedTuple):
             batch_size = None
         if batch_size is not None:
             return fit(self, families, estimator, batch_size=batch_size, **options)
+        logdensity_fn, local_fn, data = self.joint.logdensity_fn, self.joint.local_logdensity_fn, self.data
+        if not jax.tree_util.tree_leaves(data):  # no array argument (a prior-only model): nothing to bind
+            logdensity_fn = functools.partial(_with_data, logdensity_fn, data)
+            local_fn = None if local_fn is None else functools.partial(_with_data, local_fn, data)
+            data = None
         return fit(
-            self.joint.logdensity_fn,
+            logdensity_fn,
             families,
             estimator,
-            data=self.data,
-            local_logdensity_fn=self.joint.local_logdensity_fn,
+            data=data,
+            local_logdensity_fn=local_fn,
             log_space=True,
             **options,
         )
+
+
+def _with_data(function, data, latents):
+    """``function(latents, data)`` for a model whose data has no arrays (``fit`` refuses an
+    empty data pytree: it is a constant of the program, not an argument)."""
+    return function(latents, data)
 
 
 def numpyro_modules():
