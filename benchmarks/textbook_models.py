@@ -1,4 +1,4 @@
-"""Four textbook NumPyro models with their published data, for benchmarks and tests.
+"""Four textbook NumPyro models with their published data, and two of a larger size, for benchmarks.
 
 Each entry of :data:`MODELS` is a :class:`TextbookModel`: the NumPyro model function and its
 arguments (the data). They are written as a new user would write them, from the literature,
@@ -19,6 +19,14 @@ not from grepvi's own models:
   yellow, round green, wrinkled yellow, wrinkled green): ``p ~ Dirichlet(1, 1, 1, 1)``,
   ``counts ~ Multinomial(556, p)``; conjugate, the posterior is ``Dirichlet(1 + counts)``
   and :func:`mendel_log_evidence` is the exact log evidence.
+
+Two models of the same kinds at a size no textbook prints, on data simulated with a fixed seed
+(the thirteenth session wrote them to test the default procedure off its home ground):
+
+* ``claims``: the pumps' gamma-Poisson hierarchy over 1,000 groups (say, insurance policies
+  with exposures 0.5-20 years and rates drawn from Gamma(1.5, 2)).
+* ``logistic``: Bayesian logistic regression, 2,000 rows and 20 standard-normal features,
+  ``intercept ~ Normal(0, 5)``, ``w ~ Normal(0, 1)``.
 """
 
 from typing import Any, NamedTuple
@@ -102,6 +110,45 @@ def mendel_log_evidence(counts=MENDEL_COUNTS) -> float:
     return float(coefficient + gammaln(k) - gammaln(k + total) + gammaln(1 + counts).sum())
 
 
+def claims(counts, exposure):
+    import numpyro
+    import numpyro.distributions as dist
+
+    alpha = numpyro.sample("alpha", dist.Exponential(1.0))
+    beta = numpyro.sample("beta", dist.Gamma(0.1, 1.0))
+    with numpyro.plate("policy", counts.shape[0]):
+        rate = numpyro.sample("rate", dist.Gamma(alpha, beta))
+        numpyro.sample("y", dist.Poisson(rate * exposure), obs=counts)
+
+
+def logistic(x, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    intercept = numpyro.sample("intercept", dist.Normal(0.0, 5.0))
+    with numpyro.plate("feature", x.shape[1]):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0))
+    with numpyro.plate("row", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=intercept + x @ w), obs=y)
+
+
+def simulated_claims(num_groups=1000, seed=0):
+    """``(counts, exposure)`` of ``claims``: rates ~ Gamma(1.5, 2), exposures ~ U(0.5, 20)."""
+    rng = np.random.default_rng(seed)
+    exposure = rng.uniform(0.5, 20.0, num_groups).astype(np.float32)
+    rates = rng.gamma(1.5, 1.0 / 2.0, num_groups)
+    return rng.poisson(rates * exposure).astype(np.float32), exposure
+
+
+def simulated_logistic(num_rows=2000, num_features=20, seed=0):
+    """``(x, y)`` of ``logistic``: weights ~ Normal(0, 0.5^2), intercept -0.3."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_rows, num_features)).astype(np.float32)
+    w = rng.normal(size=num_features) * 0.5
+    y = (rng.random(num_rows) < 1 / (1 + np.exp(-(x @ w - 0.3)))).astype(np.float32)
+    return x, y
+
+
 class TextbookModel(NamedTuple):
     name: str
     model: Any
@@ -126,6 +173,12 @@ MODELS = {
         "beta-binomial hierarchy, 71 experiments (BDA3 5.3)",
     ),
     "mendel": TextbookModel("mendel", mendel, (MENDEL_COUNTS,), "Dirichlet-multinomial, Mendel's peas"),
+    "claims": TextbookModel(
+        "claims", claims, simulated_claims(), "gamma-Poisson hierarchy, 1,000 groups (simulated)"
+    ),
+    "logistic": TextbookModel(
+        "logistic", logistic, simulated_logistic(), "logistic regression, 2,000 x 20 (simulated)"
+    ),
 }
 
 assert RAT_TUMORS.size == RAT_GROUP_SIZES.size == 71 and RAT_TUMORS[-1] == 4 and RAT_GROUP_SIZES[-1] == 14

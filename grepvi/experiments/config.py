@@ -60,7 +60,7 @@ class RunConfig:
         joint cost ADVI several times its own step).
       compute_variance: record the average gradient variance (needs ``num_samples > 1``).
       tolerance: the default procedure's stopping accuracy in posterior standard deviations
-        (None: ``AdaptiveSettings.tolerance``); unused with ``step_size``.
+        (None: by the model's size, ``controller.default_tolerance``); unused with ``step_size``.
     """
 
     model: str

@@ -78,6 +78,7 @@ from grepvi.errors import ConfigError, NumericalError
 
 __all__ = [
     "AdaptiveSettings",
+    "default_tolerance",
     "Convergence",
     "ControllerState",
     "WindowSummary",
@@ -116,6 +117,38 @@ MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start i
 EARLY_FACTOR = 3  # a stage that would cost this many floors at its draws ends at its first MCSE
 
 
+SMALL_MODEL_TOLERANCE = 0.005  # sd, up to SMALL_MODEL_TOLERANCE_ELEMENTS latent elements
+LARGE_MODEL_TOLERANCE = 0.02  # sd, from LARGE_MODEL_TOLERANCE_ELEMENTS on
+SMALL_MODEL_TOLERANCE_ELEMENTS = 64
+LARGE_MODEL_TOLERANCE_ELEMENTS = 1024
+
+
+def default_tolerance(num_elements: int) -> float:
+    """The default ``tolerance`` for a model of ``num_elements`` latent elements (sd).
+
+    0.005 up to 64 elements, ``0.005 sqrt(n / 64)`` between, 0.02 from 1,024 on. The work to
+    the convergence rule is about ``n / tolerance^2`` element-draws (the averaged iterate's
+    Monte Carlo error falls as one over the root of the gradient draws, whatever the step), so
+    between 64 and 1,024 elements it stays what 0.005 sd costs at 64. 0.005 puts the means and
+    variances of the conjugate test cases within 2%; 0.02 is still the Monte Carlo error of
+    about 2,500 independent posterior draws (NUTS's 1,000 draws: about 0.03). At 0.005 a
+    1,000-group gamma-Poisson hierarchy took 44.7 s (75,000 draws of 16 per step in its second
+    stage) against NUTS's 5.4 s; at 0.02, 7.8 s (``docs/performance.md``).
+    """
+    n = max(int(num_elements), 1)
+    if n <= SMALL_MODEL_TOLERANCE_ELEMENTS:
+        return SMALL_MODEL_TOLERANCE
+    if n >= LARGE_MODEL_TOLERANCE_ELEMENTS:
+        return LARGE_MODEL_TOLERANCE
+    return SMALL_MODEL_TOLERANCE * math.sqrt(n / SMALL_MODEL_TOLERANCE_ELEMENTS)
+
+
+def _tolerance(settings) -> float:
+    """``settings.tolerance``; ``None`` (sized by ``fit`` from the model, :func:`default_tolerance`)
+    reads as the small-model value where the controller runs without ``fit``."""
+    return SMALL_MODEL_TOLERANCE if settings.tolerance is None else settings.tolerance
+
+
 class AdaptiveSettings(NamedTuple):
     """Knobs of the default procedure (all have defaults that need no tuning).
 
@@ -124,7 +157,8 @@ class AdaptiveSettings(NamedTuple):
         optimum).
       max_kl: ``kappa``, the KL trust region of one natural step per latent element (nats).
       tolerance: target accuracy of the answer, in posterior standard deviations (Fisher
-        metric); ``0.005`` puts means and variances of the conjugate test cases within 2%.
+        metric, root mean square over the latent elements); ``None``: by the model's size,
+        :func:`default_tolerance` (0.005 up to 64 elements, 0.02 from 1,024).
       window: iterations per compiled window (the unit of monitoring).
       min_batches: batch means needed before the MCSE is trusted.
       max_batches: batch means after which a stage ends (step halved) even when its average
@@ -135,7 +169,7 @@ class AdaptiveSettings(NamedTuple):
 
     step_size: float = 0.1
     max_kl: float = 0.5
-    tolerance: float = 0.005
+    tolerance: float | None = None
     window: int = 100
     min_batches: int = 8
     max_batches: int = 64
@@ -143,8 +177,10 @@ class AdaptiveSettings(NamedTuple):
     adam_step_size: float = 0.1
 
     def validated(self) -> "AdaptiveSettings":
-        for name in ("step_size", "max_kl", "tolerance", "adam_step_size"):
+        for name in ("step_size", "max_kl", "adam_step_size"):
             validation.positive_float(getattr(self, name), name)
+        if self.tolerance is not None:
+            validation.positive_float(self.tolerance, "tolerance")
         for name in ("window", "min_batches", "max_batches", "trial_windows"):
             if validation.positive_int(getattr(self, name), name) < 2:
                 raise ConfigError(f"{name}: expected an integer of at least 2, found {getattr(self, name)!r}")
@@ -672,7 +708,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         return state, loop_state
     accuracy = distance(state.mean, _standard_error(state))
     state = state._replace(accuracy=_f(accuracy))
-    accurate = accuracy <= settings.tolerance
+    accurate = accuracy <= _tolerance(settings)
     costly = not accurate and _draws_factor(state, rho, math.nan, settings, room) >= EARLY_FACTOR
     if not (accurate or costly or int(state.batches) >= settings.max_batches):
         return state, loop_state
@@ -690,8 +726,8 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         bias = stage_bias(change, ratio)
         state = state._replace(stage_change=_f(change), stage_bias=_f(bias))
         # the previous stage's own error enters the estimate times ratio / (1 - ratio)
-        settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * settings.tolerance
-        if accurate and settled and bias <= 2.0 * settings.tolerance:
+        settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * _tolerance(settings)
+        if accurate and settled and bias <= 2.0 * _tolerance(settings):
             params = _cast_like(average, loop_state.params)
             return state._replace(reason=_i(REASONS.index("converged"))), loop_state._replace(params=params)
     factor = _draws_factor(state, rho, bias, settings, room)
@@ -749,11 +785,11 @@ def _draws_factor(state: ControllerState, rho: float, bias: float, settings, roo
     batch = _batch_windows_needed(rho, window) * window
     steps = int(state.batches) * batch
     accuracy = float(state.accuracy)
-    needed = steps * (accuracy / settings.tolerance) ** 2 if math.isfinite(accuracy) else 0.0
+    needed = steps * (accuracy / _tolerance(settings)) ** 2 if math.isfinite(accuracy) else 0.0
     floor = MIN_APPROACH_WINDOWS * window + settings.min_batches * batch
     factor = needed / floor
     if math.isfinite(bias):
-        factor = max(factor, bias / settings.tolerance)
+        factor = max(factor, bias / _tolerance(settings))
     factor = int(min(factor, room))
     return factor if factor >= 2 else 1
 

@@ -9,6 +9,7 @@ exactly as if it had not stopped.
 """
 
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -200,6 +201,9 @@ def setup(
     settings = settings or AdaptiveSettings()
     if chunk_size is not None:
         settings = settings._replace(window=int(chunk_size))
+    if settings.tolerance is None:
+        elements = sum(math.prod(family.batch_shape) for family in target.families.values())
+        settings = settings._replace(tolerance=controller.default_tolerance(elements))
     settings = settings.validated()
     key = jax.random.key(seed) if rng_key is None else rng_key
     if fixed:
@@ -396,7 +400,7 @@ def fit(
       step_size: ``eta`` of the ADVI step-size sequence (paper Eq. 9): runs that schedule.
       optimizer: any optax transformation (fed the gradient of ``-ELBO``): runs it.
       tolerance: accuracy the default procedure stops at, in posterior standard deviations
-        (default ``AdaptiveSettings.tolerance``).
+        (default: by the model's size, :func:`grepvi.inference.controller.default_tolerance`).
       seed: random seed; the same seed gives the same result on the same machine.
       num_samples: Monte Carlo samples per gradient (estimator option).
       local_logdensity_fn: per-element local log joints (Markov blankets), see ``Target``.
