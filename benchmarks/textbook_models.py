@@ -110,17 +110,6 @@ def mendel_log_evidence(counts=MENDEL_COUNTS) -> float:
     return float(coefficient + gammaln(k) - gammaln(k + total) + gammaln(1 + counts).sum())
 
 
-def claims(counts, exposure):
-    import numpyro
-    import numpyro.distributions as dist
-
-    alpha = numpyro.sample("alpha", dist.Exponential(1.0))
-    beta = numpyro.sample("beta", dist.Gamma(0.1, 1.0))
-    with numpyro.plate("policy", counts.shape[0]):
-        rate = numpyro.sample("rate", dist.Gamma(alpha, beta))
-        numpyro.sample("y", dist.Poisson(rate * exposure), obs=counts)
-
-
 def logistic(x, y):
     import numpyro
     import numpyro.distributions as dist
@@ -133,7 +122,8 @@ def logistic(x, y):
 
 
 def simulated_claims(num_groups=1000, seed=0):
-    """``(counts, exposure)`` of ``claims``: rates ~ Gamma(1.5, 2), exposures ~ U(0.5, 20)."""
+    """``(counts, exposure)`` of ``claims`` (the pumps' model, :func:`pumps`): rates ~ Gamma(1.5,
+    2), exposures ~ U(0.5, 20)."""
     rng = np.random.default_rng(seed)
     exposure = rng.uniform(0.5, 20.0, num_groups).astype(np.float32)
     rates = rng.gamma(1.5, 1.0 / 2.0, num_groups)
@@ -174,7 +164,7 @@ MODELS = {
     ),
     "mendel": TextbookModel("mendel", mendel, (MENDEL_COUNTS,), "Dirichlet-multinomial, Mendel's peas"),
     "claims": TextbookModel(
-        "claims", claims, simulated_claims(), "gamma-Poisson hierarchy, 1,000 groups (simulated)"
+        "claims", pumps, simulated_claims(), "gamma-Poisson hierarchy, 1,000 groups (simulated)"
     ),
     "logistic": TextbookModel(
         "logistic", logistic, simulated_logistic(), "logistic regression, 2,000 x 20 (simulated)"
