@@ -81,15 +81,16 @@ def test_raised_draws_converge_in_a_fraction_of_the_work_and_on_the_answer():
     """Ten seeds of each. The answer's error (a 2-vector: bias up to 2 tolerances by the rule,
     the bias estimate's own noise, the MCSE) is as small as halving's: no error beyond 5
     tolerances either way (measured over 20 seeds: at most 3.5 with draws, 4.4 halving), the
-    mean within 1.25 times halving's (measured 0.0085 against 0.0087); the draws do it for a
-    fraction of the work (measured: median 0.46 of the halvings' draws, 0.15-1.2)."""
+    mean within 1.25 times halving's (measured 0.0087 against 0.0085); the draws do it for a
+    fraction of the work (measured: median 0.45 of the halvings' draws, 0.15-1.2)."""
     tolerance = MECHANISM_TOLERANCE
     ratios, errors, halved_errors = [], [], []
     norm = lambda loop: float(np.sqrt(np.sum(np.asarray(loop.params["x"], np.float64) ** 2)))
     for seed in range(10):
         state, loop, _, work = _simulate(max_repeats=64, seed=seed)
         assert controller.REASONS[int(state.reason)] == "converged"
-        assert int(state.repeats) >= 4 and math.isclose(float(state.step_size), 0.1)  # draws, not halvings
+        # draws, not halvings: at most one (where the estimated bias is within one halving of the bound)
+        assert int(state.repeats) >= 4 and float(state.step_size) >= 0.05
         halved, halved_loop, _, halved_work = _simulate(max_repeats=1, seed=seed)
         assert controller.REASONS[int(halved.reason)] == "converged" and int(halved.repeats) == 1
         assert float(halved.step_size) < 0.1 / 4  # the same bias by halving takes several stages
