@@ -84,6 +84,12 @@ class FitResult(NamedTuple):
         return bool(self.convergence is not None and self.convergence.converged)
 
 
+def latent_elements(families: dict) -> int:
+    """The number of latent elements of ``families`` (every entry of every latent's array): what
+    sizes the draws per step, the tolerance and the compiler options."""
+    return sum(math.prod(family.shape) for family in families.values())
+
+
 def draws_per_step(families: dict, estimator: Estimator) -> int:
     """How many independent gradient estimates the default procedure averages per step.
 
@@ -91,7 +97,7 @@ def draws_per_step(families: dict, estimator: Estimator) -> int:
     buys variance reduction almost for free: up to 64, while (latent elements x the
     estimator's own draws x this) stays within 256. Large models get 1.
     """
-    elements = sum(int(np.prod(family.shape)) for family in families.values())
+    elements = latent_elements(families)
     own = int(estimator.options.get("num_samples", 1)) + int(estimator.options.get("num_control_samples", 0))
     return int(max(1, min(64, 256 // max(1, elements * own))))
 
@@ -105,7 +111,7 @@ def max_repeats(families: dict, estimator: Estimator, draws: int) -> int:
     them between stages: :mod:`grepvi.inference.controller`): up to ``MAX_REPEATS``, while
     (latent elements x the estimator's own draws x ``draws`` x repeats) stays within
     ``MAX_DRAW_ELEMENTS``. Large models get 1 (their step is never repeated, nor looped)."""
-    elements = sum(int(np.prod(family.shape)) for family in families.values())
+    elements = latent_elements(families)
     own = int(estimator.options.get("num_samples", 1)) + int(estimator.options.get("num_control_samples", 0))
     return int(max(1, min(MAX_REPEATS, MAX_DRAW_ELEMENTS // max(1, elements * own * draws))))
 
@@ -202,8 +208,7 @@ def setup(
     if chunk_size is not None:
         settings = settings._replace(window=int(chunk_size))
     if settings.tolerance is None:
-        elements = sum(math.prod(family.batch_shape) for family in target.families.values())
-        settings = settings._replace(tolerance=controller.default_tolerance(elements))
+        settings = settings._replace(tolerance=controller.default_tolerance(latent_elements(target.families)))
     settings = settings.validated()
     key = jax.random.key(seed) if rng_key is None else rng_key
     if fixed:
@@ -229,8 +234,7 @@ def setup(
     )
     if check:
         check_target(target, initial_loop.params, data)
-    elements = sum(int(np.prod(family.shape)) for family in target.families.values())
-    options = step_compiler_options(elements)
+    options = step_compiler_options(latent_elements(target.families))
     window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed, compiler_options=options)
     widened_window = None
     if widened_step_fn is not None:  # compiled only if a run meets an overflow
