@@ -72,7 +72,12 @@ def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
                     lambda grad, leaf: grad.astype(jnp.result_type(leaf)), wide_grads, latents
                 )
 
-        grads = jax.lax.cond(all_finite(grads), lambda _: grads, in_float64, None)
+        finite = all_finite(grads)
+        # x64 on around the cond itself, not only its branch: under vmap (a step averaging
+        # several draws) the cond becomes a select whose batching rule re-traces the float64
+        # branch where the cond is bound, and fails there with x64 off.
+        with jax.enable_x64(True):
+            grads = jax.lax.cond(finite, lambda _: grads, in_float64, None)
         return grads, jax.tree_util.tree_map(_zero_cotangent, data)
 
     widened.defvjp(forward, backward)
