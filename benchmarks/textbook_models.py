@@ -27,6 +27,27 @@ Two models of the same kinds at a size no textbook prints, on data simulated wit
   with exposures 0.5-20 years and rates drawn from Gamma(1.5, 2)).
 * ``logistic``: Bayesian logistic regression, 2,000 rows and 20 standard-normal features,
   ``intercept ~ Normal(0, 5)``, ``w ~ Normal(0, 1)``.
+
+Six more, written in the fourteenth session as a new user would write them, to test the
+defaults on models the project had not tuned on (four of the six were slower than NUTS and SVI
+there, one 70 times):
+
+* ``baseball``: Efron & Morris's (1975) 18 players, hits in their first 45 at-bats, a
+  beta-binomial hierarchy with other priors than rat tumours': ``phi ~ Uniform(0, 1)``,
+  ``kappa ~ Pareto(1, 1.5)`` (the Stan case study's), ``theta_j ~ Beta(phi kappa, (1 - phi)
+  kappa)``.
+* ``negative_binomial``: overdispersed count regression, 500 rows x 5 features (simulated),
+  ``phi ~ Gamma(2, 0.1)``, ``y ~ NegativeBinomial2(exp(b0 + x b), phi)``.
+* ``weibull``: Weibull survival regression, 400 rows x 4 features (simulated), ``k ~ Gamma(2,
+  1)``, ``t ~ Weibull(exp(b0 + x b), k)``.
+* ``horseshoe``: sparse linear regression with the horseshoe prior (Carvalho, Polson & Scott
+  2010), 100 rows x 30 features, three non-zero (simulated): ``tau, lambda_j ~ HalfCauchy(1)``,
+  ``beta_j = z_j lambda_j tau``, ``z_j ~ Normal(0, 1)``. Only the product is identified: the
+  mean-field ELBO is nearly flat along ``z lambda tau = const``.
+* ``stochastic_volatility``: a random-walk log volatility over 300 days (simulated), Student-t
+  returns, non-centred: ``h = cumsum(sigma eps) - 9``, ``r_t ~ StudentT(nu, 0, exp(h_t / 2))``.
+* ``dirichlet_counts``: 50 documents' counts over 6 words with a shared gamma concentration,
+  ``alpha_k ~ Gamma(1, 1)``, ``p_d ~ Dirichlet(alpha)``, ``c_d ~ Multinomial(n_d, p_d)``.
 """
 
 from typing import Any, NamedTuple
@@ -139,6 +160,120 @@ def simulated_logistic(num_rows=2000, num_features=20, seed=0):
     return x, y
 
 
+# Efron & Morris (1975), Table 1: hits in the first 45 at-bats of the 1970 season
+BASEBALL_HITS = np.array([18, 17, 16, 15, 14, 14, 13, 12, 11, 11, 10, 10, 10, 10, 10, 9, 8, 7], np.float32)
+BASEBALL_AT_BATS = np.full(18, 45.0, np.float32)
+
+
+def baseball(hits, at_bats):
+    import numpyro
+    import numpyro.distributions as dist
+
+    phi = numpyro.sample("phi", dist.Uniform(0.0, 1.0))
+    kappa = numpyro.sample("kappa", dist.Pareto(1.0, 1.5))
+    with numpyro.plate("player", hits.shape[0]):
+        theta = numpyro.sample("theta", dist.Beta(phi * kappa, (1.0 - phi) * kappa))
+        numpyro.sample("hits", dist.Binomial(at_bats, probs=theta), obs=hits)
+
+
+def negative_binomial(x, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    phi = numpyro.sample("phi", dist.Gamma(2.0, 0.1))
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 5.0))
+    with numpyro.plate("feature", x.shape[1]):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+    with numpyro.plate("row", x.shape[0]):
+        numpyro.sample("y", dist.NegativeBinomial2(jnp.exp(b0 + x @ b), phi), obs=y)
+
+
+def simulated_negative_binomial(num_rows=500, num_features=5, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_rows, num_features)).astype(np.float32)
+    mean = np.exp(1.0 + x @ (0.3 * rng.normal(size=num_features)))
+    return x, rng.poisson(rng.gamma(4.0, mean / 4.0)).astype(np.float32)
+
+
+def weibull(x, t):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    k = numpyro.sample("k", dist.Gamma(2.0, 1.0))
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 3.0))
+    with numpyro.plate("feature", x.shape[1]):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+    with numpyro.plate("row", x.shape[0]):
+        numpyro.sample("t", dist.Weibull(jnp.exp(b0 + x @ b), k), obs=t)
+
+
+def simulated_weibull(num_rows=400, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_rows, 4)).astype(np.float32)
+    scale = np.exp(0.5 + x @ np.array([0.5, -0.3, 0.0, 0.2]))
+    return x, (scale * rng.weibull(1.5, num_rows)).astype(np.float32)
+
+
+def horseshoe(x, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    tau = numpyro.sample("tau", dist.HalfCauchy(1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("feature", x.shape[1]):
+        lam = numpyro.sample("lambda", dist.HalfCauchy(1.0))
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    with numpyro.plate("row", x.shape[0]):
+        numpyro.sample("y", dist.Normal(x @ (z * lam * tau), sigma), obs=y)
+
+
+def simulated_horseshoe(num_rows=100, num_features=30, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_rows, num_features)).astype(np.float32)
+    beta = np.zeros(num_features)
+    beta[:3] = [2.0, -1.5, 1.0]
+    return x, (x @ beta + rng.normal(size=num_rows)).astype(np.float32)
+
+
+def stochastic_volatility(returns):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    sigma = numpyro.sample("sigma", dist.Exponential(10.0))
+    nu = numpyro.sample("nu", dist.Exponential(0.1))
+    with numpyro.plate("day", returns.shape[0]):
+        eps = numpyro.sample("eps", dist.Normal(0.0, 1.0))
+    log_volatility = jnp.cumsum(sigma * eps) - 9.0
+    with numpyro.plate("observed_day", returns.shape[0]):
+        numpyro.sample("r", dist.StudentT(nu, 0.0, jnp.exp(log_volatility / 2)), obs=returns)
+
+
+def simulated_returns(num_days=300, seed=0):
+    rng = np.random.default_rng(seed)
+    log_volatility = np.cumsum(0.15 * rng.normal(size=num_days)) - 9.0
+    return ((rng.standard_t(8, size=num_days) * np.exp(log_volatility / 2)).astype(np.float32),)
+
+
+def dirichlet_counts(counts):
+    import numpyro
+    import numpyro.distributions as dist
+
+    alpha = numpyro.sample("alpha", dist.Gamma(1.0, 1.0).expand([counts.shape[1]]).to_event(1))
+    with numpyro.plate("document", counts.shape[0]):
+        p = numpyro.sample("p", dist.Dirichlet(alpha))
+        numpyro.sample("counts", dist.Multinomial(total_count=counts.sum(-1), probs=p), obs=counts)
+
+
+def simulated_counts(num_documents=50, num_words=6, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(rng.gamma(2.0, 1.0, num_words), num_documents)
+    n = rng.integers(20, 60, num_documents)
+    return (np.stack([rng.multinomial(n[d], p[d]) for d in range(num_documents)]).astype(np.float32),)
+
+
 class TextbookModel(NamedTuple):
     name: str
     model: Any
@@ -168,6 +303,36 @@ MODELS = {
     ),
     "logistic": TextbookModel(
         "logistic", logistic, simulated_logistic(), "logistic regression, 2,000 x 20 (simulated)"
+    ),
+    "baseball": TextbookModel(
+        "baseball",
+        baseball,
+        (BASEBALL_HITS, BASEBALL_AT_BATS),
+        "beta-binomial hierarchy, 18 players (Efron & Morris 1975)",
+    ),
+    "negative_binomial": TextbookModel(
+        "negative_binomial",
+        negative_binomial,
+        simulated_negative_binomial(),
+        "negative-binomial regression, 500 x 5 (simulated)",
+    ),
+    "weibull": TextbookModel(
+        "weibull", weibull, simulated_weibull(), "Weibull survival regression, 400 x 4 (simulated)"
+    ),
+    "horseshoe": TextbookModel(
+        "horseshoe", horseshoe, simulated_horseshoe(), "horseshoe regression, 100 x 30 (simulated)"
+    ),
+    "stochastic_volatility": TextbookModel(
+        "stochastic_volatility",
+        stochastic_volatility,
+        simulated_returns(),
+        "stochastic volatility, 300 days (simulated)",
+    ),
+    "dirichlet_counts": TextbookModel(
+        "dirichlet_counts",
+        dirichlet_counts,
+        simulated_counts(),
+        "gamma-Dirichlet-multinomial hierarchy, 50 x 6 (simulated)",
     ),
 }
 

@@ -184,3 +184,63 @@ def test_the_default_tolerance_follows_the_models_size():
     assert tolerance((3,)) == 0.005 and tolerance((2048,)) == 0.02
     assert tolerance((256,)) == pytest.approx(0.01)
     assert tolerance((2048,), controller.AdaptiveSettings(tolerance=0.005)) == 0.005
+
+
+def test_the_default_draws_cap_follows_the_tolerance():
+    """``128 / tolerance^2`` draws (5.12 million at 0.005 sd, 320,000 at 0.02); ``setup`` derives
+    it from the resolved tolerance and keeps an explicit one."""
+    assert controller.default_max_draws(0.005) == 5_120_000
+    assert controller.default_max_draws(0.02) == 320_000
+    from grepvi.estimators import get_estimator
+    from grepvi.inference import fitting
+    from grepvi.inference.state import make_target
+    from grepvi.testing import gamma_poisson
+
+    def cap(shape, settings=None):
+        model = gamma_poisson(shape=shape)
+        target = make_target(model.logdensity_fn, model.families)
+        return fitting.setup(target, get_estimator("grep"), settings=settings).plan.settings.max_draws
+
+    assert cap((3,)) == 5_120_000 and cap((2048,)) == 320_000
+    assert cap((3,), controller.AdaptiveSettings(tolerance=0.01)) == 1_280_000
+    assert cap((3,), controller.AdaptiveSettings(max_draws=5_000)) == 5_000
+    with pytest.raises(Exception, match="max_draws"):
+        cap((3,), controller.AdaptiveSettings(max_draws=0))
+
+
+def test_a_run_stops_at_its_draws_cap_with_the_accuracy_it_reached():
+    """The draws the averaging phases spent, counted in the state (steps x repeats x the base
+    draws; the trial's and the approaches' are not counted), stop the run at the first window
+    boundary past ``max_draws``: reason ``"max_draws"``, a ``NotConvergedWarning`` that names
+    the cap, and a resumed run stops at the same place."""
+    from grepvi.errors import NotConvergedWarning
+    from grepvi.inference import fitting
+
+    model, data = ZOO["rats"]
+    adapted = from_numpyro(model, *data)
+    base = fitting.draws_per_step(adapted.families, __import__("grepvi").estimators.grep())
+    cap = 30_000
+    draws = []
+
+    def count(event):  # an averaging window's draws: its steps x the repeats it ran at
+        if event.phase == "average":
+            repeats = int(rules.repeats(event.previous_loop.opt_state))
+            draws.append(len(np.asarray(event.outputs["elbo"])) * base * repeats)
+
+    settings = controller.AdaptiveSettings(max_draws=cap)
+    with pytest.warns(NotConvergedWarning, match="max_draws"):
+        whole = adapted.fit(progress=False, settings=settings, callback=count)
+    record = whole.convergence
+    assert record.reason == "max_draws" and not record.converged, record
+    spent = int(whole.run_state.controller.estimates) * base
+    assert spent == sum(draws), (spent, sum(draws))
+    assert spent >= cap and spent - draws[-1] < cap, (spent, cap)
+    assert math.isfinite(record.monte_carlo_error) or math.isnan(record.accuracy)
+    halfway = record.num_iterations // 2  # interrupted there (a num_steps cap would size the trial)
+    first = adapted.fit(
+        progress=False, settings=settings, callback=lambda event: event.first_iteration >= halfway
+    )
+    assert first.convergence.reason == "interrupted"
+    with pytest.warns(NotConvergedWarning, match="max_draws"):
+        resumed = adapted.fit(progress=False, settings=settings, resume=first.run_state)
+    assert resumed.convergence == record

@@ -161,7 +161,15 @@ CASES = [
     # rest of the matrix beyond one case per estimator.
     pytest.param("grep", {}, "gamma-poisson", {}, id="grep-gamma"),
     pytest.param("grep", {}, "beta-bernoulli", {}, id="grep-beta", marks=pytest.mark.slow),
-    pytest.param("grep", {}, "lognormal-normal", {}, id="grep-lognormal", marks=pytest.mark.slow),
+    pytest.param("grep", {}, "lognormal-normal", {}, id="grep-lognormal"),  # sticking the landing
+    pytest.param(
+        "grep",
+        {"sticking_the_landing": False},
+        "lognormal-normal",
+        {},
+        id="grep-lognormal-analytic-entropy",
+        marks=pytest.mark.slow,
+    ),
     pytest.param("grep", {}, "dirichlet-multinomial", {}, id="grep-dirichlet", marks=pytest.mark.slow),
     pytest.param(
         "grep",
@@ -203,6 +211,47 @@ def test_unbiased(name, options, model_name, family_options):
     _check_case(estimator, model, num_draws)
 
 
+def _gradient_draws(estimator, model, params, num_draws=2_000):
+    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn, log_space=model.log_space)
+    keys = jax.random.split(jax.random.key(0), num_draws)
+    grads = jax.vmap(lambda key: estimator.estimate(key, params, target)[0])(keys)
+    return np.concatenate(
+        [np.asarray(leaf).reshape(num_draws, -1) for leaf in jax.tree_util.tree_leaves(grads)], 1
+    )
+
+
+def test_sticking_the_landing_is_noise_free_where_the_posterior_is_in_the_family():
+    # log-normal-normal: the posterior is the family's, q = p makes f(z) - log q(z) constant,
+    # and the path derivative of Roeder et al. (2017) is then zero draw by draw; the analytic
+    # entropy's gradient leaves the model's noise (its spread at the optimum is O(1))
+    model = _model("lognormal-normal")
+    with jax.enable_x64(True):
+        exact = model.posterior["scale"]
+        params = {
+            "scale": {
+                "loc": jnp.asarray(exact["loc"]),
+                "scale": numerics.inverse_softplus(jnp.asarray(exact["scale"])),
+            }
+        }
+        landing = _gradient_draws(grepvi.get_estimator("grep"), model, params)
+        analytic = _gradient_draws(grepvi.get_estimator("grep", sticking_the_landing=False), model, params)
+    assert np.abs(analytic).mean(0).min() > 0.1, "the plain estimator must be noisy at the optimum"
+    np.testing.assert_allclose(landing, 0.0, atol=1e-9)
+    np.testing.assert_allclose(analytic.mean(0), 0.0, atol=5 * analytic.std(0).max() / np.sqrt(len(analytic)))
+
+
+def test_sticking_the_landing_leaves_the_gamma_family_alone():
+    # the path derivative is for the Gaussian-based families only: a gamma's draws are the same
+    model = _model("gamma-poisson")
+    with jax.enable_x64(True):
+        params = _params(model, jnp.float64)
+        landing = _gradient_draws(grepvi.get_estimator("grep"), model, params, 200)
+        analytic = _gradient_draws(
+            grepvi.get_estimator("grep", sticking_the_landing=False), model, params, 200
+        )
+    np.testing.assert_array_equal(landing, analytic)
+
+
 # --- closed form against autodiff, draw by draw ----------------------------------------------
 
 
@@ -217,7 +266,9 @@ def test_unbiased(name, options, model_name, family_options):
 def test_closed_form_equals_autodiff_draw_by_draw(model_name, family_options):
     model = _model(model_name, **family_options)
     target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn)
-    autodiff = grepvi.get_estimator("grep", baseline=False)  # the paper's plain estimator
+    autodiff = grepvi.get_estimator(
+        "grep", baseline=False, sticking_the_landing=False
+    )  # the paper's plain estimator
     closed = grepvi.get_estimator("grep-closed-form")
     with jax.enable_x64(True):
         params = _params(model, jnp.float64)

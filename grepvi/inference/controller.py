@@ -79,6 +79,7 @@ from grepvi.errors import ConfigError, NumericalError
 __all__ = [
     "AdaptiveSettings",
     "default_tolerance",
+    "default_max_draws",
     "Convergence",
     "ControllerState",
     "WindowSummary",
@@ -100,7 +101,7 @@ __all__ = [
 
 TRIAL, APPROACH, AVERAGE, FIXED = 0, 1, 2, 3
 PHASES = ("trial", "approach", "average", "fixed")
-REASONS = ("", "converged", "max_steps", "time_budget", "interrupted", "fixed_schedule")
+REASONS = ("", "converged", "max_steps", "time_budget", "interrupted", "fixed_schedule", "max_draws")
 TRIAL_FRACTION = 0.2  # of a time budget left after compilation, at most, for the trial
 MIN_TRIAL_STEPS = 20  # per candidate; where fewer fit, the fallback candidate runs alone
 STALL_STEPS = 50  # skipped steps in a row that stop a fixed schedule with NumericalError
@@ -143,6 +144,28 @@ def default_tolerance(num_elements: int) -> float:
     return SMALL_MODEL_TOLERANCE * math.sqrt(n / SMALL_MODEL_TOLERANCE_ELEMENTS)
 
 
+DRAWS_PER_INVERSE_SQUARED_TOLERANCE = 128
+
+
+def default_max_draws(tolerance: float) -> int:
+    """The default cap on the gradient draws a run spends averaging: ``128 / tolerance^2``
+    (5.12 million at 0.005 sd, 320,000 at 0.02).
+
+    The averaged iterate's Monte Carlo error after ``N`` draws is about ``sqrt(c / N)`` sd with
+    ``c`` of 0.5 to 2 on the models the project measured, and a run's stages (the step halved
+    once or twice) take a few times what one stage needs: converged runs took 2.6 to 7.1 /
+    tolerance^2 draws in all (eleven NumPyro models, ``docs/performance.md``), and the most
+    seen, 32 / tolerance^2 in its averaging phases, a gamma ``q`` of a posterior near an
+    inverse gamma of shape 2 whose gradients are heavy-tailed (``tests/test_widened_gradient.py``).
+    A model whose average drifts along a nearly flat direction of the ELBO (a horseshoe
+    regression: ``z lambda tau`` identifies only the product) does not converge by averaging
+    longer: more draws barely move its error (0.108 sd after 800 draws, 0.039 after 410,000),
+    and the run stopped by ``max_steps`` after 25 million draws and 12 minutes. The cap stops
+    it at 4 times the most a converged run took, with the accuracy it reached.
+    """
+    return int(math.ceil(DRAWS_PER_INVERSE_SQUARED_TOLERANCE / float(tolerance) ** 2))
+
+
 def _tolerance(settings) -> float:
     """``settings.tolerance``; ``None`` (sized by ``fit`` from the model, :func:`default_tolerance`)
     reads as the small-model value where the controller runs without ``fit``."""
@@ -165,6 +188,11 @@ class AdaptiveSettings(NamedTuple):
         is not yet known to ``tolerance``.
       trial_windows: windows each candidate runs before the best is kept.
       adam_step_size: the Adam candidates' middle learning rate.
+      max_draws: gradient draws spent in the averaging phases after which the run stops
+        unconverged (reason ``"max_draws"``, with the accuracy it reached; the approach to the
+        optimum is not counted: ``num_steps`` caps it); ``None``: :func:`default_max_draws` of
+        the tolerance, about 5 to 12 times what a model converges in (no cap for minibatch VI,
+        whose draws see a batch of the rows: ``num_steps`` caps it).
     """
 
     step_size: float = 0.1
@@ -175,12 +203,15 @@ class AdaptiveSettings(NamedTuple):
     max_batches: int = 64
     trial_windows: int = 3
     adam_step_size: float = 0.1
+    max_draws: int | None = None
 
     def validated(self) -> "AdaptiveSettings":
         for name in ("step_size", "max_kl", "adam_step_size"):
             validation.positive_float(getattr(self, name), name)
         if self.tolerance is not None:
             validation.positive_float(self.tolerance, "tolerance")
+        if self.max_draws is not None:
+            validation.positive_int(self.max_draws, "max_draws")
         for name in ("window", "min_batches", "max_batches", "trial_windows"):
             if validation.positive_int(getattr(self, name), name) < 2:
                 raise ConfigError(f"{name}: expected an integer of at least 2, found {getattr(self, name)!r}")
@@ -312,6 +343,7 @@ class ControllerState(NamedTuple):
     previous_iterations: np.ndarray  # iterations in the previous stage's average
     stage_bias: np.ndarray  # the last stage's bias estimated from the change (sd; nan: none)
     best_se: np.ndarray  # the standard error of the best window's median (nan: none)
+    estimates: np.ndarray  # gradient estimates of the averaging phases: steps x repeats (x base draws: draws)
 
 
 def _i(value) -> np.ndarray:
@@ -383,6 +415,7 @@ def init(
         previous_scale=_f(np.nan),
         previous_accuracy=_f(np.nan),
         previous_iterations=_i(0),
+        estimates=_i(0),
         stage_bias=_f(np.nan),
         best_se=_f(np.nan),
     )
@@ -478,19 +511,28 @@ def next_window_length(state: ControllerState, window: int, max_steps: int | Non
 
 
 def size_trial(
-    state: ControllerState, steps: int, fallback: int, step_size: float, loop_state, initial_state, select
+    state: ControllerState,
+    steps: int,
+    fallback: int,
+    step_size: float,
+    loop_state,
+    initial_state,
+    select,
+    repeats: int = 1,
 ) -> tuple[ControllerState, Any]:
     """Sets the trial's steps per candidate after a timed probe. Below ``MIN_TRIAL_STEPS`` the
     trial is skipped and candidate ``fallback`` runs (from the probe's state if it was the
-    probed candidate, else from the start). Returns ``(state, loop state to run next)``."""
+    probed candidate, else from the start) with ``repeats`` of its step's gradient estimates.
+    Returns ``(state, loop state to run next)``."""
     if steps >= MIN_TRIAL_STEPS:
         return state._replace(trial_steps=_i(steps)), loop_state
     keep = loop_state if fallback == int(state.candidate) else initial_state
-    keep = select(keep, fallback, step_size)
+    keep = select(keep, fallback, step_size, repeats)
     return state._replace(
         phase=_i(APPROACH),
         candidate=_i(fallback),
         step_size=_f(step_size),
+        repeats=_i(repeats),
         trial_steps=_i(0),
         skipped_trial=np.asarray(True),
         best_state=keep,
@@ -551,8 +593,12 @@ def update(
         draws per step never change).
     """
     window = summarize(summary)
-    state = state._replace(iterations=_i(int(state.iterations) + window.steps))
     phase = int(state.phase)
+    averaged = window.steps * int(state.repeats) if phase == AVERAGE else 0
+    state = state._replace(
+        iterations=_i(int(state.iterations) + window.steps),
+        estimates=_i(int(state.estimates) + averaged),
+    )
     if phase == FIXED:
         return _fixed_update(state, summary, latent_names), loop_state
     stalled = int(state.stalled) + 1 if window.good == 0 else 0
@@ -658,9 +704,11 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
         state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
         return state, select(initial_state, index + 1, nxt.step_size)
     kept = int(state.leader)
-    rho = candidates[kept].step_size
-    start = select(state.leader_state, kept, rho)
-    state = state._replace(phase=_i(APPROACH), candidate=_i(kept), step_size=_f(rho), best_state=start)
+    rho, repeats = candidates[kept].step_size, candidates[kept].first_repeats
+    start = select(state.leader_state, kept, rho, repeats)
+    state = state._replace(
+        phase=_i(APPROACH), candidate=_i(kept), step_size=_f(rho), repeats=_i(repeats), best_state=start
+    )
     return _new_stage_statistics(state), start
 
 

@@ -236,7 +236,7 @@ def run(
     per_step = None  # seconds per step of the last window, per repeat of its estimates
     while not int(state.reason):
         elapsed = clock() - start
-        reason = _cap_reached(state, max_steps, time_budget, elapsed, observers)
+        reason = _cap_reached(state, max_steps, time_budget, elapsed, observers, plan)
         probing = int(state.phase) == controller.TRIAL and int(state.trial_steps) < 0
         step_seconds = None if per_step is None else per_step * int(state.repeats)
         active = _window_length(state, plan, probing, max_steps, time_budget, elapsed, step_seconds)
@@ -377,9 +377,13 @@ def _label(plan: Plan, state: ControllerState) -> str:
     return plan.candidates[int(state.candidate)].label
 
 
-def _cap_reached(state, max_steps, time_budget, elapsed, observers) -> str | None:
+def _cap_reached(state, max_steps, time_budget, elapsed, observers, plan=None) -> str | None:
     if max_steps is not None and int(state.iterations) >= max_steps:
         return "max_steps"
+    settings = None if plan is None else plan.settings
+    if settings is not None and settings.max_draws is not None:
+        if int(state.estimates) * int(plan.base_draws) >= settings.max_draws:
+            return "max_draws"
     if time_budget is not None and elapsed >= time_budget and int(state.iterations) > 0:
         return "time_budget"
     if any(getattr(observer, "should_stop", lambda: False)() for observer in observers):
@@ -406,7 +410,14 @@ def _size_trial(state, loop, plan, time_budget, max_steps, elapsed, per_step):
         steps = min(steps, math.floor((room + done * per_step) / (per_step * count)))
     fallback = plan.candidates[plan.fallback]
     return controller.size_trial(
-        state, steps, plan.fallback, fallback.step_size, loop, plan.initial_state, plan.select
+        state,
+        steps,
+        plan.fallback,
+        fallback.step_size,
+        loop,
+        plan.initial_state,
+        plan.select,
+        fallback.first_repeats,
     )
 
 

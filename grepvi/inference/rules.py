@@ -76,13 +76,18 @@ class Candidate(NamedTuple):
 
     ``preferred``: kept on a tie with the trial's leader (within two standard errors), as
     if it had run first (the natural gradient, which runs after Adam 0.1: see
-    :func:`default_candidates`)."""
+    :func:`default_candidates`).
+
+    ``first_repeats``: the repeats of the step's gradient estimates the rule starts with once
+    kept (set by :func:`grepvi.inference.fitting.setup`: more than one for a rule that is not
+    linear, whose draws are never raised later)."""
 
     label: str
     index: int
     step_size: float
     linear: bool = False
     preferred: bool = False
+    first_repeats: int = 1
 
 
 def natural_rule(families: dict, max_kl: float) -> Rule:
