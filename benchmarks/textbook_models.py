@@ -1,4 +1,4 @@
-"""Four textbook NumPyro models with their published data, and two of a larger size, for benchmarks.
+"""Twelve NumPyro models for benchmarks: textbook ones with their published data, and simulated ones.
 
 Each entry of :data:`MODELS` is a :class:`TextbookModel`: the NumPyro model function and its
 arguments (the data). They are written as a new user would write them, from the literature,
@@ -166,14 +166,11 @@ BASEBALL_AT_BATS = np.full(18, 45.0, np.float32)
 
 
 def baseball(hits, at_bats):
-    import numpyro
-    import numpyro.distributions as dist
+    """The zoo's rat-tumour model (:func:`grepvi.interop.numpyro_zoo.rats_model`: the Stan case
+    study's priors), one definition, on Efron & Morris's data."""
+    from grepvi.interop.numpyro_zoo import rats_model
 
-    phi = numpyro.sample("phi", dist.Uniform(0.0, 1.0))
-    kappa = numpyro.sample("kappa", dist.Pareto(1.0, 1.5))
-    with numpyro.plate("player", hits.shape[0]):
-        theta = numpyro.sample("theta", dist.Beta(phi * kappa, (1.0 - phi) * kappa))
-        numpyro.sample("hits", dist.Binomial(at_bats, probs=theta), obs=hits)
+    return rats_model(hits, at_bats)
 
 
 def negative_binomial(x, y):
@@ -197,16 +194,10 @@ def simulated_negative_binomial(num_rows=500, num_features=5, seed=0):
 
 
 def weibull(x, t):
-    import jax.numpy as jnp
-    import numpyro
-    import numpyro.distributions as dist
+    """The zoo's Weibull regression (:func:`grepvi.interop.numpyro_zoo.weibull_model`), one definition."""
+    from grepvi.interop.numpyro_zoo import weibull_model
 
-    k = numpyro.sample("k", dist.Gamma(2.0, 1.0))
-    b0 = numpyro.sample("b0", dist.Normal(0.0, 3.0))
-    with numpyro.plate("feature", x.shape[1]):
-        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
-    with numpyro.plate("row", x.shape[0]):
-        numpyro.sample("t", dist.Weibull(jnp.exp(b0 + x @ b), k), obs=t)
+    return weibull_model(x, t)
 
 
 def simulated_weibull(num_rows=400, seed=0):

@@ -1,4 +1,4 @@
-"""Time to the answer on six NumPyro models (four textbook, two larger): grepvi against SVI and NUTS.
+"""Time to the answer on twelve NumPyro models: grepvi against SVI and NUTS.
 
 One command; every contender runs in a fresh Python process (imports, tracing and XLA
 compilation included, no cache shared), one after another::
@@ -6,8 +6,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py                       # all models, all contenders
     python benchmarks/time_to_answer.py --models pumps mendel --contenders grepvi nuts
 
-Contenders (the models are :mod:`textbook_models`: four from the literature, two simulated at
-a larger size):
+Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
 * ``grepvi``: ``from_numpyro(model, *data).fit()``, the defaults (the time includes the
   adapter).

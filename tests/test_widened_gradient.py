@@ -14,6 +14,7 @@ numpyro = pytest.importorskip("numpyro")
 dist = pytest.importorskip("numpyro.distributions")
 
 from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
+from grepvi.interop.numpyro_zoo import weibull_model  # noqa: E402
 
 SHAPE = 0.1
 
@@ -58,17 +59,6 @@ def test_gradient_where_float32_is_finite_is_unchanged():
         np.testing.assert_allclose(float(widened[name]), exact[name], rtol=1e-5, err_msg=name)
 
 
-def weibull_regression(x, t):
-    """Weibull survival regression: ``(t / lambda)^k`` overflows float32 at the first draws of
-    ``b`` (``lambda = exp(b0 + x b)``)."""
-    k = numpyro.sample("k", dist.Gamma(2.0, 1.0))
-    b0 = numpyro.sample("b0", dist.Normal(0.0, 3.0))
-    with numpyro.plate("feature", x.shape[1]):
-        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
-    with numpyro.plate("row", x.shape[0]):
-        numpyro.sample("t", dist.Weibull(jnp.exp(b0 + x @ b), k), obs=t)
-
-
 @pytest.mark.filterwarnings("ignore::grepvi.errors.NonFiniteStepWarning")
 def test_a_step_of_several_draws_widens():
     # the draws of a step are vmapped: the widened gradient's cond becomes a select whose
@@ -77,7 +67,7 @@ def test_a_step_of_several_draws_widens():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 4)).astype(np.float32)
     t = (np.exp(0.5 + x @ np.array([0.5, -0.3, 0.0, 0.2])) * rng.weibull(1.5, 400)).astype(np.float32)
-    adapted = from_numpyro(weibull_regression, x, t)
+    adapted = from_numpyro(weibull_model, x, t)
     result = adapted.fit(estimator=grepvi.estimators.grep(num_samples=4), step_size=0.01, num_steps=300)
     assert int(result.run_state.controller.widened) != 0, "the case must overflow float32 (widened tried)"
     assert np.isfinite(float(result.posterior["k"].mean()))

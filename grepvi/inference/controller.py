@@ -701,8 +701,13 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
     state = state._replace(trial_curve=np.full((3, TRIAL_CURVE), np.nan))
     if index + 1 < len(candidates):
         nxt = candidates[index + 1]
-        state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
-        return state, select(initial_state, index + 1, nxt.step_size)
+        state = state._replace(
+            candidate=_i(index + 1),
+            trial_done=_i(0),
+            step_size=_f(nxt.step_size),
+            repeats=_i(nxt.trial_repeats),
+        )
+        return state, select(initial_state, index + 1, nxt.step_size, nxt.trial_repeats)
     kept = int(state.leader)
     rho, repeats = candidates[kept].step_size, candidates[kept].first_repeats
     start = select(state.leader_state, kept, rho, repeats)

@@ -78,15 +78,17 @@ class Candidate(NamedTuple):
     if it had run first (the natural gradient, which runs after Adam 0.1: see
     :func:`default_candidates`).
 
-    ``first_repeats``: the repeats of the step's gradient estimates the rule starts with once
-    kept (set by :func:`grepvi.inference.fitting.setup`: more than one for a rule that is not
-    linear, whose draws are never raised later)."""
+    ``trial_repeats``, ``first_repeats``: the repeats of the step's gradient estimates the rule
+    runs the trial with, and starts with once kept (set by
+    :func:`grepvi.inference.fitting.setup`: the trial at the draws a rule that is not linear
+    keeps, since its draws are never raised later; a linear rule starts its stages at one)."""
 
     label: str
     index: int
     step_size: float
     linear: bool = False
     preferred: bool = False
+    trial_repeats: int = 1
     first_repeats: int = 1
 
 

@@ -58,6 +58,22 @@ def rats_model(tumors, group_sizes):
         numpyro.sample("y", dist.Binomial(group_sizes, probs=theta), obs=tumors)
 
 
+def weibull_model(x, t):
+    """Weibull survival regression, ``t ~ Weibull(exp(b0 + x b), k)`` (not in :data:`ZOO`: its
+    data is simulated, ``benchmarks/textbook_models.py``). ``(t / lambda)^k`` overflows float32
+    at the first draws of ``b`` (``tests/test_widened_gradient.py``)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    k = numpyro.sample("k", dist.Gamma(2.0, 1.0))
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 3.0))
+    with numpyro.plate("feature", x.shape[1]):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+    with numpyro.plate("row", x.shape[0]):
+        numpyro.sample("t", dist.Weibull(jnp.exp(b0 + x @ b), k), obs=t)
+
+
 def newcomb_model(measurements):
     import numpyro
     import numpyro.distributions as dist
