@@ -511,28 +511,19 @@ def next_window_length(state: ControllerState, window: int, max_steps: int | Non
 
 
 def size_trial(
-    state: ControllerState,
-    steps: int,
-    fallback: int,
-    step_size: float,
-    loop_state,
-    initial_state,
-    select,
-    repeats: int = 1,
+    state: ControllerState, steps: int, fallback: int, step_size: float, loop_state, initial_state, select
 ) -> tuple[ControllerState, Any]:
     """Sets the trial's steps per candidate after a timed probe. Below ``MIN_TRIAL_STEPS`` the
     trial is skipped and candidate ``fallback`` runs (from the probe's state if it was the
-    probed candidate, else from the start) with ``repeats`` of its step's gradient estimates.
-    Returns ``(state, loop state to run next)``."""
+    probed candidate, else from the start). Returns ``(state, loop state to run next)``."""
     if steps >= MIN_TRIAL_STEPS:
         return state._replace(trial_steps=_i(steps)), loop_state
     keep = loop_state if fallback == int(state.candidate) else initial_state
-    keep = select(keep, fallback, step_size, repeats)
+    keep = select(keep, fallback, step_size)
     return state._replace(
         phase=_i(APPROACH),
         candidate=_i(fallback),
         step_size=_f(step_size),
-        repeats=_i(repeats),
         trial_steps=_i(0),
         skipped_trial=np.asarray(True),
         best_state=keep,
@@ -701,19 +692,12 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
     state = state._replace(trial_curve=np.full((3, TRIAL_CURVE), np.nan))
     if index + 1 < len(candidates):
         nxt = candidates[index + 1]
-        state = state._replace(
-            candidate=_i(index + 1),
-            trial_done=_i(0),
-            step_size=_f(nxt.step_size),
-            repeats=_i(nxt.trial_repeats),
-        )
-        return state, select(initial_state, index + 1, nxt.step_size, nxt.trial_repeats)
+        state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
+        return state, select(initial_state, index + 1, nxt.step_size)
     kept = int(state.leader)
-    rho, repeats = candidates[kept].step_size, candidates[kept].first_repeats
-    start = select(state.leader_state, kept, rho, repeats)
-    state = state._replace(
-        phase=_i(APPROACH), candidate=_i(kept), step_size=_f(rho), repeats=_i(repeats), best_state=start
-    )
+    rho = candidates[kept].step_size
+    start = select(state.leader_state, kept, rho)
+    state = state._replace(phase=_i(APPROACH), candidate=_i(kept), step_size=_f(rho), best_state=start)
     return _new_stage_statistics(state), start
 
 

@@ -410,14 +410,7 @@ def _size_trial(state, loop, plan, time_budget, max_steps, elapsed, per_step):
         steps = min(steps, math.floor((room + done * per_step) / (per_step * count)))
     fallback = plan.candidates[plan.fallback]
     return controller.size_trial(
-        state,
-        steps,
-        plan.fallback,
-        fallback.step_size,
-        loop,
-        plan.initial_state,
-        plan.select,
-        fallback.first_repeats,
+        state, steps, plan.fallback, fallback.step_size, loop, plan.initial_state, plan.select
     )
 
 

@@ -96,47 +96,22 @@ def own_draws(estimator: Estimator) -> int:
 
 
 def draws_per_step(families: dict, estimator: Estimator) -> int:
-    """How many independent gradient estimates the default procedure averages per step at its
-    start (the controller raises them between stages where a stage would be long).
+    """How many independent gradient estimates the default procedure averages per step.
 
-    Up to ``MAX_FIRST_DRAWS`` (8) while latent elements x the estimator's own draws x this
-    stays within ``FIRST_DRAW_ELEMENTS`` (32); large models get 1. A draw is not free beside
-    a step's fixed costs: a step of 64 draws cost 12-20 times one of a single draw on
-    mendel, pumps and eight schools, 27-38 on a 500-row negative-binomial regression (timed,
-    fourteenth session), while the floors of a stage are counted in steps. Starting at up to
-    64 draws (within 256 element-draws) spent 2-5 times the draws that starting at 2-8 did on
-    five of five models (mendel 252,800 against 63,600, the negative-binomial regression
-    142,200 against 29,100, ``docs/performance.md``); the stages raise them where the noise asks.
+    On small models a step costs little more than its dispatch, so averaging several estimates
+    buys variance reduction almost for free: up to 64, while (latent elements x the
+    estimator's own draws x this) stays within 256. Large models get 1. (Starting at up to 8
+    within 32 was tried in the fourteenth session: 2-5 times fewer draws to convergence on
+    textbook models, but at a gamma posterior of shape 0.1 the natural gradient's trust region
+    clips most one-to-eight-draw steps, the stages' bias no longer falls as ``rho / D``, and the
+    default answer's variance landed 2.2% off with an accuracy of 0.005 sd reported:
+    ``docs/optimization.md``.)
     """
     elements = latent_elements(families)
     own = own_draws(estimator)
-    return int(max(1, min(MAX_FIRST_DRAWS, FIRST_DRAW_ELEMENTS // max(1, elements * own))))
+    return int(max(1, min(64, 256 // max(1, elements * own))))
 
 
-def nonlinear_draws_per_step(families: dict, estimator: Estimator) -> int:
-    """The draws per step of the trial, and of a kept rule that is not linear in the gradient
-    (Adam): up to 64 while latent elements x the estimator's own draws x this stays within 256
-    (the draws every step had before the fourteenth session).
-
-    The stages never raise such a rule's draws (its normalized step's bias falls only as
-    ``1 / sqrt(D)``: :class:`~grepvi.inference.rules.Candidate`), they halve its step, so it
-    keeps what it starts with. Where the trial kept Adam 1 (a gamma ``q`` of a posterior
-    near an inverse gamma of shape 2, ``tests/test_widened_gradient.py``), 8 draws per step ran
-    out 200,000 steps unconverged after eight stages (accuracy 0.012 sd); 64 converged after
-    81,675 steps and three. The trial runs at these draws too, so that it compares the rules
-    as each would run: at one draw per step the natural gradient of 50 gamma-Poisson rates
-    trailed Adam 0.1 after 47 steps and was dropped, and the run took 125,625 steps and 22 s
-    against 3,650 and 8.7 s with the natural gradient kept.
-    """
-    elements = latent_elements(families)
-    own = own_draws(estimator)
-    return int(max(1, min(NONLINEAR_DRAWS, NONLINEAR_DRAW_ELEMENTS // max(1, elements * own))))
-
-
-MAX_FIRST_DRAWS = 8
-FIRST_DRAW_ELEMENTS = 32
-NONLINEAR_DRAWS = 64
-NONLINEAR_DRAW_ELEMENTS = 256
 MAX_DRAW_ELEMENTS = 16_384  # latent elements x draws per step up to which the draws may grow
 MAX_REPEATS = 64
 
@@ -266,11 +241,6 @@ def setup(
             most_repeats = (
                 1 if model is None else _batch_repeats(model, target.families, estimator, draws, batch_size)
             )
-    if batch_size is None and most_repeats > 1:  # the trial, and a rule whose draws are never raised
-        first = min(most_repeats, max(1, nonlinear_draws_per_step(target.families, estimator) // draws))
-        candidates = [
-            c._replace(trial_repeats=first, first_repeats=1 if c.linear else first) for c in candidates
-        ]
     step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
         target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, most_repeats > 1
     )
@@ -344,22 +314,11 @@ def _default_plan(target, settings, candidates, initial_loop, length, names, pla
     plan = driver.Plan(settings, candidates, select, distance, initial_loop, length, names, fallback, place)
     steps = driver.trial_steps(settings, length, len(candidates), max_steps, time_budget)
     state = controller.init(initial_loop, len(candidates), candidates[0].step_size, trial_steps=steps)
-    if len(candidates) == 1:
-        repeats = candidates[0].first_repeats
-        return (
-            plan,
-            state._replace(repeats=np.asarray(repeats)),
-            select(initial_loop, 0, candidates[0].step_size, repeats),
-        )
-    if steps != 0:
-        first = candidates[0]
-        start = select(initial_loop, 0, first.step_size, first.trial_repeats)
-        return plan, state._replace(repeats=np.asarray(first.trial_repeats)), start
+    if steps != 0 or len(candidates) == 1:
+        return plan, state, initial_loop
     trial = state._replace(phase=np.asarray(controller.TRIAL))
-    kept = candidates[fallback]
-    state, start = controller.size_trial(
-        trial, 0, fallback, kept.step_size, initial_loop, initial_loop, select, kept.first_repeats
-    )
+    fallback_rho = candidates[fallback].step_size
+    state, start = controller.size_trial(trial, 0, fallback, fallback_rho, initial_loop, initial_loop, select)
     return plan, state, start
 
 
@@ -682,7 +641,7 @@ def _warn(
         remedy = "Raise num_steps or time_budget, or loosen tolerance."
         if convergence.reason == "max_draws":
             remedy = (
-                "The run spent its draws (AdaptiveSettings.max_draws, by default 32 / tolerance^2) "
+                "The run spent its draws (AdaptiveSettings.max_draws, by default 128 / tolerance^2) "
                 "without its average settling: raise max_draws, or loosen tolerance."
             )
         warnings.warn(

@@ -76,20 +76,13 @@ class Candidate(NamedTuple):
 
     ``preferred``: kept on a tie with the trial's leader (within two standard errors), as
     if it had run first (the natural gradient, which runs after Adam 0.1: see
-    :func:`default_candidates`).
-
-    ``trial_repeats``, ``first_repeats``: the repeats of the step's gradient estimates the rule
-    runs the trial with, and starts with once kept (set by
-    :func:`grepvi.inference.fitting.setup`: the trial at the draws a rule that is not linear
-    keeps, since its draws are never raised later; a linear rule starts its stages at one)."""
+    :func:`default_candidates`)."""
 
     label: str
     index: int
     step_size: float
     linear: bool = False
     preferred: bool = False
-    trial_repeats: int = 1
-    first_repeats: int = 1
 
 
 def natural_rule(families: dict, max_kl: float) -> Rule:
