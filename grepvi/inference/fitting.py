@@ -103,9 +103,9 @@ def draws_per_step(families: dict, estimator: Estimator) -> int:
     estimator's own draws x this) stays within 256. Large models get 1. (Starting at up to 8
     within 32 was tried in the fourteenth session: 2-5 times fewer draws to convergence on
     textbook models, but at a gamma posterior of shape 0.1 the natural gradient's trust region
-    clips most one-to-eight-draw steps, the stages' bias no longer falls as ``rho / D``, and the
-    default answer's variance landed 2.2% off with an accuracy of 0.005 sd reported:
-    ``docs/optimization.md``.)
+    clips 13% of 8-draw steps (60% of one-draw ones, 0.1% at 64), asymmetrically, the stages'
+    bias no longer falls as ``rho / D``, and the default answer's variance landed 2.2% off
+    with an accuracy of 0.005 sd reported: ``docs/optimization.md``.)
     """
     elements = latent_elements(families)
     own = own_draws(estimator)
