@@ -191,7 +191,7 @@ class AdaptiveSettings(NamedTuple):
       max_draws: gradient draws spent in the averaging phases after which the run stops
         unconverged (reason ``"max_draws"``, with the accuracy it reached; the approach to the
         optimum is not counted: ``num_steps`` caps it); ``None``: :func:`default_max_draws` of
-        the tolerance, about 5 to 12 times what a model converges in (no cap for minibatch VI,
+        the tolerance, 4 times the most a converged run has spent averaging (no cap for minibatch VI,
         whose draws see a batch of the rows: ``num_steps`` caps it).
     """
 
