@@ -116,6 +116,14 @@ TRIAL_CHECK_FRACTION = 0.25  # of the trial's steps: where every candidate's fir
 TRIAL_FIRST_CHECK = 11  # steps, at least: the driver's probes (1 + 10 steps) end there
 MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start its average
 EARLY_FACTOR = 3  # a stage that would cost this many floors at its draws ends at its first MCSE
+# The fraction of latent elements whose averaged steps a stage's trust region shrank, above
+# which the stage's average is not used to estimate a bias, and its successor raises the draws
+# by at least CLIPPED_DRAWS_FACTOR (where it may). Clipping makes a step nonlinear in its
+# gradient, asymmetrically: at a gamma posterior of shape 0.1 13% of 8-draw steps were clipped
+# at the optimum (0.1% of 64-draw ones), a stage's bias no longer fell as rho / D, and a bias
+# estimated across such a stage was 10 times too small (the fourteenth session).
+MAX_CLIPPED = 0.01
+CLIPPED_DRAWS_FACTOR = 8
 
 
 SMALL_MODEL_TOLERANCE = 0.005  # sd, up to SMALL_MODEL_TOLERANCE_ELEMENTS latent elements
@@ -296,6 +304,7 @@ class WindowSummary(NamedTuple):
     finite: np.ndarray
     nonfinite_latents: np.ndarray  # (steps, latents) bool
     mean_params: Any
+    clipped: np.ndarray | None = None  # per step, the fraction of elements the trust region shrank
 
 
 class ControllerState(NamedTuple):
@@ -344,6 +353,9 @@ class ControllerState(NamedTuple):
     stage_bias: np.ndarray  # the last stage's bias estimated from the change (sd; nan: none)
     best_se: np.ndarray  # the standard error of the best window's median (nan: none)
     estimates: np.ndarray  # gradient estimates of the averaging phases: steps x repeats (x base draws: draws)
+    clipped_sum: np.ndarray  # the stage's averaged steps' clipped fractions, summed
+    clipped_steps: np.ndarray  # the steps counted in clipped_sum
+    previous_clipped: np.ndarray  # the previous stage's mean clipped fraction (0: none)
 
 
 def _i(value) -> np.ndarray:
@@ -416,6 +428,9 @@ def init(
         previous_accuracy=_f(np.nan),
         previous_iterations=_i(0),
         estimates=_i(0),
+        clipped_sum=_f(0.0),
+        clipped_steps=_i(0),
+        previous_clipped=_f(0.0),
         stage_bias=_f(np.nan),
         best_se=_f(np.nan),
     )
@@ -552,8 +567,21 @@ def _batch_windows_needed(rho: float, window: int) -> int:
 def _new_stage_statistics(state: ControllerState) -> ControllerState:
     zeros = _zeros_like_params(state.mean)
     return state._replace(
-        num_medians=_i(0), batches=_i(0), mean=zeros, m2=zeros, batch_sum=zeros, batch_windows=_i(0)
+        num_medians=_i(0),
+        batches=_i(0),
+        mean=zeros,
+        m2=zeros,
+        batch_sum=zeros,
+        batch_windows=_i(0),
+        clipped_sum=_f(0.0),
+        clipped_steps=_i(0),
     )
+
+
+def _stage_clipped(state: ControllerState) -> float:
+    """The mean fraction of latent elements whose step the trust region shrank over the
+    stage's averaged steps (0 where the rule reports none)."""
+    return float(state.clipped_sum) / max(int(state.clipped_steps), 1)
 
 
 def update(
@@ -736,6 +764,12 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     batch_sum = jax.tree_util.tree_map(np.add, state.batch_sum, mean_params)
     batch_windows = int(state.batch_windows) + 1
     state = state._replace(batch_sum=batch_sum, batch_windows=_i(batch_windows))
+    if summary.clipped is not None:
+        clipped = np.asarray(summary.clipped, np.float64)
+        state = state._replace(
+            clipped_sum=_f(float(state.clipped_sum) + float(clipped.sum())),
+            clipped_steps=_i(int(state.clipped_steps) + clipped.size),
+        )
     if batch_windows < _batch_windows_needed(rho, settings.window):
         return state, loop_state
     state = _welford_add(state, jax.tree_util.tree_map(lambda s: s / batch_windows, batch_sum))
@@ -757,6 +791,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     average = state.mean
     scale = rho / repeats
     bias = math.nan
+    clipped = _stage_clipped(state)
     if bool(state.has_previous):
         change = distance(average, jax.tree_util.tree_map(np.subtract, average, state.previous))
         ratio = scale / float(state.previous_scale)
@@ -764,10 +799,14 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         state = state._replace(stage_change=_f(change), stage_bias=_f(bias))
         # the previous stage's own error enters the estimate times ratio / (1 - ratio)
         settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * _tolerance(settings)
-        if accurate and settled and bias <= 2.0 * _tolerance(settings):
+        # a clipped stage's bias does not scale as rho / D: no estimate across it
+        linear_steps = max(clipped, float(state.previous_clipped)) <= MAX_CLIPPED
+        if accurate and settled and linear_steps and bias <= 2.0 * _tolerance(settings):
             params = _cast_like(average, loop_state.params)
             return state._replace(reason=_i(REASONS.index("converged"))), loop_state._replace(params=params)
     factor = _draws_factor(state, rho, bias, settings, room)
+    if clipped > MAX_CLIPPED and room >= 2:  # fewer steps are clipped at more draws (less noise)
+        factor = max(factor, min(CLIPPED_DRAWS_FACTOR, room))
     rho_ended = rho
     if factor > 1:
         repeats *= factor
@@ -780,6 +819,7 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         has_previous=np.asarray(True),
         previous_scale=_f(scale),
         previous_accuracy=_f(accuracy),
+        previous_clipped=_f(clipped),
         previous_iterations=_i(
             int(state.batches) * _batch_windows_needed(rho_ended, settings.window) * settings.window
         ),

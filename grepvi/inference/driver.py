@@ -265,7 +265,13 @@ def run(
             _label(plan, state),
             int(state.candidate),
         )
-        summary = WindowSummary(outputs["elbo"], outputs["finite"], outputs["nonfinite_latents"], mean)
+        summary = WindowSummary(
+            outputs["elbo"],
+            outputs["finite"],
+            outputs["nonfinite_latents"],
+            mean,
+            outputs["extras"].get("clipped"),
+        )
         try:
             state, next_loop = _decide(state, summary, new_loop, plan)
         except NumericalError:  # the run stalled: observers (not checkpoints) see the window

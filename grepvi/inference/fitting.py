@@ -27,7 +27,8 @@ from grepvi.families.base import Family, Posterior
 from grepvi.inference import controller, driver, rules
 from grepvi.inference.compilation_cache import enable_persistent_cache, step_compiler_options
 from grepvi.inference.controller import AdaptiveSettings, Convergence
-from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step
+from grepvi.inference.cost import jaxpr_flops
+from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step, traced_once
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
@@ -95,23 +96,46 @@ def own_draws(estimator: Estimator) -> int:
     return int(estimator.options.get("num_samples", 1)) + int(estimator.options.get("num_control_samples", 0))
 
 
-def draws_per_step(families: dict, estimator: Estimator) -> int:
-    """How many independent gradient estimates the default procedure averages per step.
+def draws_per_step(families: dict, estimator: Estimator, flops_per_draw: float | None = None) -> int:
+    """How many independent gradient estimates the default procedure averages per step at its
+    start (the controller raises them between stages where a stage would be long).
 
-    On small models a step costs little more than its dispatch, so averaging several estimates
-    buys variance reduction almost for free: up to 64, while (latent elements x the
-    estimator's own draws x this) stays within 256. Large models get 1. (Starting at up to 8
-    within 32 was tried in the fourteenth session: 2-5 times fewer draws to convergence on
-    textbook models, but at a gamma posterior of shape 0.1 the natural gradient's trust region
-    clips 13% of 8-draw steps (60% of one-draw ones, 0.1% at 64), asymmetrically, the stages'
-    bias no longer falls as ``rho / D``, and the default answer's variance landed 2.2% off
-    with an accuracy of 0.005 sd reported: ``docs/optimization.md``.)
+    On small models a step costs little more than its fixed costs (the loop, the update), so
+    averaging several estimates buys variance reduction almost for free: up to 64, while
+    latent elements x the estimator's own draws x this stays within 256; large models get 1.
+    Given ``flops_per_draw`` (the traced step's count over its draws,
+    :func:`grepvi.inference.cost.jaxpr_flops`, taken in :func:`setup`), also at most
+    ``DRAW_FLOPS_PER_STEP // flops_per_draw``: where one draw is expensive (a 500-row
+    negative-binomial regression: 0.18 MFLOP by that count, 36 draws a step cost 27-38 times
+    one), the floors of a stage, counted in steps, are what the draws cost; starting it at 5
+    cut its time to the answer from 30 to 8 s (``docs/performance.md``). Where a draw is cheap
+    the count is the one without the cost: the conjugate cases of
+    ``tests/test_default_accuracy.py`` and eight of the twelve textbook models run as before.
+    (A flat 8 within 32 was tried in the fourteenth session: at a gamma posterior of shape
+    0.1 the natural gradient's trust region clipped 13% of 8-draw steps, the stages' bias no
+    longer fell as ``rho / D``, and the answer's variance landed 2.2% off; the controller now
+    estimates no bias across a clipped stage: ``controller.MAX_CLIPPED``.)
     """
     elements = latent_elements(families)
     own = own_draws(estimator)
-    return int(max(1, min(64, 256 // max(1, elements * own))))
+    draws = max(1, min(MAX_FIRST_DRAWS, FIRST_DRAW_ELEMENTS // max(1, elements * own)))
+    if flops_per_draw is not None and flops_per_draw > 0 and math.isfinite(flops_per_draw):
+        draws = min(draws, max(1, int(DRAW_FLOPS_PER_STEP // flops_per_draw)))
+    return int(draws)
 
 
+def traced_step(step_fn, state, data):
+    """``(step_fn', flops)``: ``step_fn`` traced once at ``(state, data)`` and replayed
+    (:func:`grepvi.inference.state.traced_once`: the window built on ``step_fn'`` does not run
+    the model's Python again), and the trace's flop count
+    (:func:`grepvi.inference.cost.jaxpr_flops`)."""
+    replayed, _ = traced_once(step_fn, state, data)
+    return replayed, jaxpr_flops(replayed.jaxpr)
+
+
+MAX_FIRST_DRAWS = 64
+FIRST_DRAW_ELEMENTS = 256
+DRAW_FLOPS_PER_STEP = 2**20  # the draws of a step at the start cost at most this (jaxpr_flops)
 MAX_DRAW_ELEMENTS = 16_384  # latent elements x draws per step up to which the draws may grow
 MAX_REPEATS = 64
 
@@ -225,27 +249,43 @@ def setup(
     key = jax.random.key(seed) if rng_key is None else rng_key
     if fixed:
         optimizer = _resolve_optimizer(optimizer, step_size)
-        candidates, stepper = (), estimator
+        candidates = ()
         length = int(chunk_size or min(100, max_steps or 100))
     else:
         optimizer, candidates = rules.default_candidates(
             target.families, settings.step_size, settings.max_kl, settings.adam_step_size
         )
         draws = draws_per_step(target.families, estimator)
-        stepper = average_estimates(estimator, draws)
         length = settings.window
-    most_repeats = 1
-    if not fixed and not parallel:
-        most_repeats = max_repeats(target.families, estimator, draws)
-        if batch_size is not None:  # batches per step: the families' locals count per batch
-            most_repeats = (
-                1 if model is None else _batch_repeats(model, target.families, estimator, draws, batch_size)
-            )
-    step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
-        target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, most_repeats > 1
-    )
+    raw_data = data
+
+    def build(draws):
+        stepper = estimator if fixed else average_estimates(estimator, draws)
+        most_repeats = 1
+        if not fixed and not parallel:
+            most_repeats = max_repeats(target.families, estimator, draws)
+            if batch_size is not None:  # batches per step: the families' locals count per batch
+                most_repeats = 1
+                if model is not None:
+                    most_repeats = _batch_repeats(model, target.families, estimator, draws, batch_size)
+        step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
+            target, stepper, optimizer, key, init_params, raw_data, batch_size, parallel, model,
+            most_repeats > 1,
+        )  # fmt: skip
+        return most_repeats, step_fn, initial_loop, place, data, widened_step_fn
+
+    built = build(None if fixed else draws)
+    most_repeats, step_fn, initial_loop, place, data, widened_step_fn = built
     if check:
         check_target(target, initial_loop.params, data)
+    if not fixed and batch_size is None and not parallel and draws > 1:
+        # the first draws by what one costs: the step traced here is the one the window
+        # replays (no second trace of the model where the draws stand)
+        step_fn, flops = traced_step(step_fn, initial_loop, data)
+        cheaper = draws_per_step(target.families, estimator, flops / draws)
+        if cheaper < draws:
+            draws = cheaper
+            most_repeats, step_fn, initial_loop, place, data, widened_step_fn = build(draws)
     options = step_compiler_options(latent_elements(target.families))
     window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed, compiler_options=options)
     widened_window = None
@@ -295,10 +335,12 @@ def _step_and_state(
         return rules.repeats(state.opt_state) if repeated else None
 
     def step_fn(state, data):
-        return step(state, target, stepper, optimizer, data, repeats_of(state))
+        new_state, info = step(state, target, stepper, optimizer, data, repeats_of(state))
+        return new_state, with_clipped(info, new_state.opt_state)
 
     def widened_step_fn(state, data):
-        return step(state, widened, stepper, optimizer, data, repeats_of(state))
+        new_state, info = step(state, widened, stepper, optimizer, data, repeats_of(state))
+        return new_state, with_clipped(info, new_state.opt_state)
 
     return step_fn, init(key, target, optimizer, init_params), None, data, widened_step_fn
 
@@ -320,6 +362,16 @@ def _default_plan(target, settings, candidates, initial_loop, length, names, pla
     fallback_rho = candidates[fallback].step_size
     state, start = controller.size_trial(trial, 0, fallback, fallback_rho, initial_loop, initial_loop, select)
     return plan, state, start
+
+
+def with_clipped(info: StepInfo, opt_state) -> StepInfo:
+    """``info`` with the extra ``clipped``: the fraction of latent elements whose step the
+    selected rule's trust region shrank (:func:`grepvi.inference.rules.clipped`), read by the
+    controller (a stage whose average was clipped does not estimate its bias)."""
+    clipped = rules.clipped(opt_state)
+    if clipped is None:
+        return info
+    return info._replace(extras={**info.extras, "clipped": clipped})
 
 
 def _parallel_step(model, target, estimator, optimizer, key, init_params, data):
@@ -358,7 +410,9 @@ def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_p
                 state, problem, estimator, optimizer, data, widened=widened, repeats=repeats
             )
             nonfinite = jnp.broadcast_to(jnp.logical_not(info.finite), (len(names),))
-            return new_state, StepInfo(info.elbo, info.finite, nonfinite, {})
+            return new_state, with_clipped(
+                StepInfo(info.elbo, info.finite, nonfinite, {}), new_state.global_opt_state
+            )
 
         return step_fn
 

@@ -37,6 +37,7 @@ __all__ = [
     "select",
     "selected",
     "repeats",
+    "clipped",
     "default_candidates",
     "ADAM_TRIAL_FACTORS",
 ]
@@ -63,6 +64,7 @@ class SwitchState(NamedTuple):
     step_size: jax.Array  # float32
     inner: tuple
     repeats: jax.Array = 1  # int32: gradient estimates averaged per step (the update ignores it)
+    clipped: jax.Array = 0.0  # float32: the fraction of elements whose last step the rule shrank
 
 
 class Candidate(NamedTuple):
@@ -123,6 +125,7 @@ def switch(rules: Sequence[Rule], index: int = 0, step_size: float = 0.1) -> opt
             step_size=jnp.asarray(step_size, jnp.float32),
             inner=tuple(rule.init(params) for rule in rules),
             repeats=jnp.ones((), jnp.int32),
+            clipped=jnp.zeros((), jnp.float32),
         )
 
     def update_fn(updates, state, params=None):
@@ -130,16 +133,19 @@ def switch(rules: Sequence[Rule], index: int = 0, step_size: float = 0.1) -> opt
             def run(operands):
                 grads, inner, params, rho = operands
                 new_updates, new_state = rules[i].update(grads, inner[i], params, rho)
-                return new_updates, inner[:i] + (new_state,) + inner[i + 1 :]
+                clipped = jnp.asarray(getattr(new_state, "clipped", 0.0), jnp.float32)
+                return new_updates, inner[:i] + (new_state,) + inner[i + 1 :], clipped
 
             return run
 
         operands = (updates, state.inner, params, state.step_size)
         if len(rules) == 1:
-            new_updates, inner = branch(0)(operands)
+            new_updates, inner, clipped = branch(0)(operands)
         else:
-            new_updates, inner = jax.lax.switch(state.index, [branch(i) for i in range(len(rules))], operands)
-        return new_updates, state._replace(inner=inner)
+            new_updates, inner, clipped = jax.lax.switch(
+                state.index, [branch(i) for i in range(len(rules))], operands
+            )
+        return new_updates, state._replace(inner=inner, clipped=clipped)
 
     return optax.GradientTransformation(init_fn, update_fn)
 
@@ -170,6 +176,16 @@ def repeats(tree: Any):
     for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
         if _is_switch(node):
             return node.repeats
+    return None
+
+
+def clipped(tree: Any):
+    """The ``clipped`` array of the first :class:`SwitchState` in ``tree``: the fraction of
+    latent elements whose last step the selected rule shrank (a trust region; 0 for rules
+    without one). Traceable; None if there is no switch."""
+    for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
+        if _is_switch(node):
+            return node.clipped
     return None
 
 

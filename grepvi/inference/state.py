@@ -337,6 +337,7 @@ def traced_once(function, *args):
     def replayed(*args):
         return jax.tree_util.tree_unflatten(out_tree, replay(*jax.tree_util.tree_leaves(args)))
 
+    replayed.jaxpr = closed
     return replayed, shapes
 
 

@@ -62,6 +62,7 @@ class NaturalGradientState(NamedTuple):
     max_kl: jax.Array  # kappa
     count: jax.Array
     second_moment: dict  # past squared gradients, for latents whose family has no Fisher form
+    clipped: jax.Array = 0.0  # the fraction of latent elements whose last step was shrunk
 
 
 def _expand(scale, leaf):
@@ -172,6 +173,7 @@ def natural_gradient(
                 for name in empirical
                 if name in params
             },
+            clipped=jnp.zeros([], jnp.float32),
         )
 
     def update_fn(updates, state, params=None):
@@ -189,6 +191,7 @@ def natural_gradient(
         directions, lengths = natural_direction(families, params, grad, moments)
         rho = state.step_size
         new_updates = {}
+        shrunk, elements = 0.0, 0
         for name, family in families.items():
             if name not in grad:
                 continue
@@ -197,6 +200,8 @@ def natural_gradient(
             shrink = jnp.where(kl > state.max_kl, jnp.sqrt(state.max_kl / jnp.maximum(kl, 1e-30)), 1.0)
             relative = _largest_relative_change(family, params[name], directions[name], rho)
             shrink = jnp.minimum(shrink, max_relative_change / jnp.maximum(relative, 1e-30))
+            shrunk = shrunk + jnp.sum(shrink < 1.0)
+            elements += math.prod(jnp.shape(shrink)) if jnp.ndim(shrink) else 1
             new_updates[name] = jax.tree_util.tree_map(
                 lambda d, shrink=shrink: (rho * _expand(shrink, d)).astype(d.dtype) * d, directions[name]
             )
@@ -210,7 +215,10 @@ def natural_gradient(
             if name in grad
         }
         new_updates = cap_shapes(families, params, new_updates)
-        return new_updates, NaturalGradientState(rho, state.max_kl, state.count + 1, new_moments)
+        clipped = (shrunk / max(elements, 1)) if elements else jnp.zeros([], jnp.float32)
+        return new_updates, NaturalGradientState(
+            rho, state.max_kl, state.count + 1, new_moments, jnp.asarray(clipped, jnp.float32)
+        )
 
     return optax.GradientTransformation(init_fn, update_fn)
 
