@@ -137,6 +137,59 @@ def test_a_cheap_stage_halves_the_step_as_before():
     assert int(state.repeats) == 1
 
 
+def _finish_second_stage(state, loop, clipped, max_repeats=4096):
+    """Windows at exactly the first stage's average (a change of 0, no noise: accurate, and
+    an estimated bias of 0), each step clipped at ``clipped``, until the second stage ends."""
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    kwargs = dict(
+        settings=settings,
+        candidates=[rules.Candidate("natural", 0, 0.1, linear=True)],
+        initial_state=loop,
+        select=lambda s, i, rho, repeats=1: s,
+        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
+        max_repeats=max_repeats,
+    )
+    previous = {"x": np.asarray(state.previous["x"])}
+    steps = settings.window
+    while True:
+        summary = controller.WindowSummary(
+            np.full(steps, -10.0),
+            np.ones(steps, bool),
+            np.zeros((steps, 1), bool),
+            previous,
+            np.full(steps, clipped),
+        )
+        state, loop = controller.update(state, summary, loop, **kwargs)
+        if int(state.reason) or int(state.stage) != 1:
+            return state
+
+
+def test_no_bias_is_estimated_across_a_clipped_stage():
+    """The second stage's average equals the first's (an estimated bias of 0) and is accurate:
+    it converges, unless the trust region clipped more than ``MAX_CLIPPED`` of the elements'
+    steps in either stage's average: another stage follows, at ``CLIPPED_DRAWS_FACTOR`` times
+    the draws where this one was clipped (fewer steps are clipped at more draws). At a
+    gamma posterior of shape 0.1, 13% of 8-draw steps were clipped, the bias of such a stage
+    does not fall as ``rho / D``, and a bias estimated across it was 10 times too small."""
+    in_second = lambda s: int(s.stage) == 1 and int(s.phase) == controller.AVERAGE
+    state, loop, _, _ = _simulate(64, stop=in_second)
+    repeats = int(state.repeats)  # room for the factor: up to 4096 repeats
+    plain = _finish_second_stage(state._replace(previous_clipped=np.float64(0.0)), loop, 0.0)
+    assert controller.REASONS[int(plain.reason)] == "converged"
+    for previous_clipped, clipped in ((0.13, 0.0), (0.0, 0.1)):
+        start = state._replace(previous_clipped=np.float64(previous_clipped))
+        ended = _finish_second_stage(start, loop, clipped)
+        assert not int(ended.reason) and int(ended.stage) == 2, (previous_clipped, clipped)
+        assert float(ended.previous_clipped) == pytest.approx(clipped)
+        if clipped:  # this stage clipped: the next one at more draws
+            assert int(ended.repeats) >= repeats * controller.CLIPPED_DRAWS_FACTOR
+        else:  # only the previous one: another stage as the noise asks (here a halved step)
+            assert int(ended.repeats) == repeats and float(ended.step_size) == 0.05
+    # below the threshold, clipping changes nothing
+    rare = _finish_second_stage(state._replace(previous_clipped=np.float64(0.02)), loop, 0.02)
+    assert controller.REASONS[int(rare.reason)] == "converged"
+
+
 numpyro = pytest.importorskip("numpyro")
 
 from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402

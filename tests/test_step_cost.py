@@ -1,0 +1,113 @@
+"""The first draws per step by what a draw costs, and the trust region's clipping reported.
+
+* :func:`grepvi.inference.cost.jaxpr_flops` counts what it says: one per output element of an
+  elementwise operation, ``2 m n k`` for a matrix product, a while loop's body once, a
+  ``cond``'s costliest branch, a ``scan``'s body times its length (exact counts).
+* :func:`grepvi.inference.fitting.draws_per_step`: the cost caps the draws only where a draw
+  is expensive; ``setup`` starts an expensive model (a 20,000-row logistic regression) at
+  fewer draws than its latent count allows and keeps a cheap conjugate model's 64.
+* The natural gradient's state says which fraction of the elements its trust region shrank.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import grepvi
+from grepvi import testing
+from grepvi.families import Gamma, Normal
+from grepvi.inference import fitting, rules
+from grepvi.inference.cost import jaxpr_flops
+from grepvi.optim.natural_gradient import natural_gradient
+
+
+def _flops(function, *args):
+    return jaxpr_flops(jax.make_jaxpr(function)(*args))
+
+
+def test_elementwise_and_matrix_products_are_counted_as_xla_does():
+    x = jnp.ones(100)
+    assert _flops(lambda v: v * 2.0, x) == 100
+    assert _flops(lambda v: jnp.exp(v) + 1.0, x) == 200
+    a, b = jnp.ones((10, 20)), jnp.ones((20, 30))
+    assert _flops(lambda p, q: p @ q, a, b) == 2 * 10 * 30 * 20
+    assert _flops(lambda v: jnp.sum(v), x) == 100  # a reduction: its input
+    assert _flops(lambda v: jnp.reshape(v, (10, 10)).T, x) == 0  # layout is free
+
+
+def test_loops_count_their_body_once_conds_their_costliest_branch_scans_their_length():
+    x = jnp.ones(50)
+    body = lambda i, v: v * 2.0 + 1.0  # 100 per run
+    dynamic = lambda v, n: jax.lax.fori_loop(0, n, body, v)  # a while loop: its trip count unknown
+    assert _flops(dynamic, x, 7) == pytest.approx(100, abs=2)
+    assert _flops(lambda v: jax.lax.fori_loop(0, 7, body, v), x) == pytest.approx(700, abs=10)  # a scan
+    branches = lambda p, v: jax.lax.cond(p, lambda u: u * 2.0, lambda u: jnp.exp(u) * u + u, v)
+    assert _flops(branches, True, x) == 150
+    scanned = lambda v: jax.lax.scan(lambda c, _: (c * 2.0, None), v, None, length=4)[0]
+    assert _flops(scanned, x) == 4 * 50
+
+
+def test_the_cost_caps_the_first_draws_only_where_a_draw_is_expensive():
+    families = {"rate": Gamma(shape=(2,))}
+    estimator = grepvi.estimators.grep()
+    assert fitting.draws_per_step(families, estimator) == 64
+    assert fitting.draws_per_step(families, estimator, flops_per_draw=1_000.0) == 64
+    expensive = fitting.DRAW_FLOPS_PER_STEP / 5.5
+    assert fitting.draws_per_step(families, estimator, flops_per_draw=expensive) == 5
+    assert fitting.draws_per_step(families, estimator, flops_per_draw=1e12) == 1
+    wide = {"w": Normal(shape=(40,))}  # 256 // 40 = 6 element-draws allow; the cost cannot raise it
+    assert fitting.draws_per_step(wide, estimator, flops_per_draw=1.0) == 6
+
+
+def _logistic(rows, features=10, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, features)).astype(np.float32)
+    y = (rng.uniform(size=rows) < 1 / (1 + np.exp(-x @ np.full(features, 0.3)))).astype(np.float32)
+
+    def logdensity_fn(z):
+        logits = jnp.asarray(x) @ z["w"]
+        return jnp.sum(-0.5 * z["w"] ** 2) + jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
+
+    return logdensity_fn, {"w": Normal(shape=(features,))}
+
+
+def test_setup_starts_an_expensive_model_at_fewer_draws_and_a_cheap_one_as_before():
+    estimator = grepvi.estimators.grep()
+    logdensity_fn, families = _logistic(20_000)
+    target = fitting.make_target(logdensity_fn, families)
+    expensive = fitting.setup(target, estimator)
+    allowed = fitting.draws_per_step(families, estimator)  # 25 by the latent count alone
+    assert allowed == 25 and expensive.plan.base_draws < 4, expensive.plan.base_draws
+    model = testing.gamma_poisson()
+    cheap = fitting.setup(fitting.make_target(model.logdensity_fn, model.families), estimator)
+    assert cheap.plan.base_draws == fitting.draws_per_step(model.families, estimator) == 64
+
+
+def test_the_natural_gradient_reports_the_fraction_of_elements_it_clipped():
+    family = Gamma(shape=(4,), init_concentration=60.0, init_mean=20.0)
+    params = {"rate": family.init_params()}
+    optimizer = natural_gradient({"rate": family}, step_size=1.0, max_kl=0.5)
+    state = optimizer.init(params)
+    assert float(state.clipped) == 0.0
+    grad = {"rate": {"concentration": jnp.array([1e4, 1e-3, -1e4, 1e-3]), "mean": jnp.zeros(4)}}
+    _, state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grad), state, params)
+    assert float(state.clipped) == pytest.approx(0.5)  # the two large ones of four
+    small = jax.tree_util.tree_map(lambda g: 1e-6 * jnp.sign(g), grad)
+    _, state = optimizer.update(jax.tree_util.tree_map(jnp.negative, small), state, params)
+    assert float(state.clipped) == 0.0
+
+
+def test_the_switch_reports_the_selected_rules_clipping_and_adam_none():
+    family = Gamma(shape=(4,), init_concentration=60.0, init_mean=20.0)
+    families = {"rate": family}
+    params = {"rate": family.init_params()}
+    optimizer = rules.switch([rules.natural_rule(families, 0.5), rules.adam_rule(families)], 0, 1.0)
+    state = optimizer.init(params)
+    grad = {"rate": {"concentration": jnp.full(4, -1e4), "mean": jnp.zeros(4)}}
+    _, natural = optimizer.update(grad, state, params)
+    assert float(rules.clipped(natural)) == 1.0
+    _, adam = optimizer.update(grad, rules.select(state, 1, 0.1), params)
+    assert float(rules.clipped(adam)) == 0.0
+    assert rules.clipped(optax.EmptyState()) is None
