@@ -2,7 +2,8 @@
 
 A stage's average is biased by ``rho / D`` to first order; the controller raises the draws
 ``D`` between stages where a stage at its draws would cost several floors, and estimates the
-last stage's bias from the change between stages as ``c r / (1 - r)``.
+last stage's bias from the change between stages as ``c r / (1 - r)`` (``c`` the part of the
+change beyond the two averages' Monte Carlo errors).
 
 * ``stage_bias`` is that formula (``c`` itself for a halved step).
 * A simulated run whose window means are ``theta* + B rho / D`` plus noise of variance
@@ -29,6 +30,25 @@ def test_stage_bias_is_the_first_order_extrapolation():
     assert controller.stage_bias(0.07, 1 / 8) == pytest.approx(0.01)
     assert controller.stage_bias(0.03, 1 / 4) == pytest.approx(0.01)
     assert math.isinf(controller.stage_bias(0.01, 1.0)) and math.isinf(controller.stage_bias(0.01, 0.0))
+
+
+def test_the_systematic_change_leaves_out_the_stages_monte_carlo_errors():
+    """``E |a - b|^2 = |delta|^2 + e_a^2 + e_b^2`` for independent averages: the part of the
+    change beyond the errors, 0 where the errors explain it all, the change itself where the
+    errors are unknown."""
+    assert controller.systematic_change(0.005, 0.003, 0.004) == pytest.approx(0.0, abs=1e-9)
+    assert controller.systematic_change(0.013, 0.005, 0.0) == pytest.approx(0.012)
+    assert controller.systematic_change(0.01, math.nan, 0.002) == 0.01
+    # in expectation over noise alone it is near 0, where the raw change is about the errors
+    rng = np.random.default_rng(0)
+    e = 0.004 / math.sqrt(20)  # per element, 20 elements: an RMS error of 0.004 per average
+    raw, systematic = [], []
+    for _ in range(2000):
+        a, b = rng.normal(0.0, e, 20), rng.normal(0.0, e, 20)
+        change = float(np.sqrt(np.sum((a - b) ** 2)))
+        raw.append(change)
+        systematic.append(controller.systematic_change(change, 0.004, 0.004))
+    assert np.mean(raw) > 0.005 and np.mean(systematic) < 0.0015, (np.mean(raw), np.mean(systematic))
 
 
 # The simulated noise and bias below, and the rat tumours' draws, are sized for this tolerance
