@@ -63,7 +63,13 @@ class _Loop(NamedTuple):
 
 
 def _simulate(
-    max_repeats, bias_per_step=0.8, window_sd=0.05, seed=0, max_windows=3000, linear=True, stop=None
+    max_repeats,
+    bias_per_step=0.8,
+    window_sd=0.05,
+    seed=0,
+    max_windows=3000,
+    linear=True,
+    stop=None,
 ):
     """Windows whose mean iterate is ``theta* + bias_per_step * rho / repeats`` plus Gaussian
     noise of sd ``window_sd / sqrt(repeats)`` per coordinate (the Fisher metric is the
@@ -155,6 +161,55 @@ def test_a_cheap_stage_halves_the_step_as_before():
     state, _, _, _ = _simulate(max_repeats=64, bias_per_step=0.1, window_sd=0.01)
     assert controller.REASONS[int(state.reason)] == "converged"
     assert int(state.repeats) == 1
+
+
+def test_a_drifting_average_stops_the_run():
+    """A stage whose Monte Carlo error stays far above what the previous stage's predicts for
+    its draws (``e' sqrt(N' / N)``) drifts: the run stops with reason ``"drifting"`` at the
+    stage's first error estimate, instead of raising the draws to the cap (the horseshoe
+    regression: 0.093 sd after 3,200 draws, 0.040 after 1.6 million, 190 s to the cap). An
+    average that settles as its draws predict goes on. The stationary simulations of the
+    tests above converge on every seed: the rule raises no false alarm there."""
+    in_second = lambda s: int(s.stage) == 1 and int(s.phase) == controller.AVERAGE
+    state, loop, _, _ = _simulate(64, stop=in_second)
+    state = state._replace(previous_accuracy=np.float64(0.01), previous_estimates=np.int64(800))
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    kwargs = dict(
+        settings=settings,
+        candidates=[rules.Candidate("natural", 0, 0.1, linear=True)],
+        initial_state=loop,
+        select=lambda s, i, rho, repeats=1: s,
+        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
+        max_repeats=64,
+    )
+    steps = settings.window
+
+    def run(spread, seed=0):
+        rng = np.random.default_rng(seed)
+        current = state
+        for _ in range(200):
+            mean = {"x": rng.normal(0.0, spread, 2)}
+            summary = controller.WindowSummary(
+                np.full(steps, -10.0), np.ones(steps, bool), np.zeros((steps, 1), bool), mean
+            )
+            current, _ = controller.update(current, summary, loop, **kwargs)
+            if int(current.reason) or int(current.stage) != 1 or int(current.batches) >= settings.min_batches:
+                return current
+        raise AssertionError("the stage never estimated its error")
+
+    drifting = run(0.2)
+    assert controller.REASONS[int(drifting.reason)] == "drifting"
+    assert int(drifting.batches) == settings.min_batches  # at its first error estimate
+    settled = run(0.001)
+    assert not int(settled.reason) or controller.REASONS[int(settled.reason)] == "converged"
+    start = controller.init(loop, 1, 0.1)
+    assert not controller.drifting(start, 0.04, 1_600_000)  # no previous stage
+    state = start._replace(
+        has_previous=np.asarray(True), previous_accuracy=np.float64(0.093), previous_estimates=np.int64(3200)
+    )
+    assert controller.drifting(state, 0.040, 1_600_000)  # predicted 0.0042
+    assert not controller.drifting(state, 0.012, 1_600_000)  # within the factor of 4
+    assert not controller.drifting(state, 0.090, 6_400)  # too few draws yet to tell
 
 
 def _finish_second_stage(state, loop, clipped, max_repeats=4096):

@@ -698,6 +698,13 @@ def _warn(
                 "The run spent its draws (AdaptiveSettings.max_draws, by default 128 / tolerance^2) "
                 "without its average settling: raise max_draws, or loosen tolerance."
             )
+        if convergence.reason == "drifting":
+            remedy = (
+                "The average's Monte Carlo error fell far slower than its draws predict: it drifts "
+                "(a direction of the posterior the mean-field q cannot settle on, e.g. a product of "
+                "latents identified only as a whole); the answer is the current stage's average. "
+                "Reparameterize the model (a non-centred form), or loosen tolerance."
+            )
         warnings.warn(
             f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
             f"{convergence.trial_note}. {remedy}",
