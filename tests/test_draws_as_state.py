@@ -62,6 +62,19 @@ class _Loop(NamedTuple):
     rng_key: jax.Array
 
 
+def _update_arguments(settings, loop, max_repeats, linear=True):
+    """The keyword arguments of ``controller.update`` for one candidate (the natural gradient,
+    or Adam), a Fisher metric that is the identity, and a ``select`` that changes nothing."""
+    return dict(
+        settings=settings,
+        candidates=[rules.Candidate("natural" if linear else "adam-0.1", 0, 0.1, linear=linear)],
+        initial_state=loop,
+        select=lambda s, i, rho, repeats=1: s,
+        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
+        max_repeats=max_repeats,
+    )
+
+
 def _simulate(
     max_repeats,
     bias_per_step=0.8,
@@ -80,14 +93,7 @@ def _simulate(
     loop = _Loop(params, jax.random.key(0))
     state = controller.init(loop, 1, 0.1)
     rng = np.random.default_rng(seed)
-    kwargs = dict(
-        settings=settings,
-        candidates=[rules.Candidate("natural" if linear else "adam-0.1", 0, 0.1, linear=linear)],
-        initial_state=loop,
-        select=lambda s, i, rho, repeats=1: s,
-        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
-        max_repeats=max_repeats,
-    )
+    kwargs = _update_arguments(settings, loop, max_repeats, linear)
     work = 0
     for window in range(max_windows):
         rho, repeats = float(state.step_size), int(state.repeats)
@@ -174,14 +180,7 @@ def test_a_drifting_average_stops_the_run():
     state, loop, _, _ = _simulate(64, stop=in_second)
     state = state._replace(previous_accuracy=np.float64(0.01), previous_estimates=np.int64(800))
     settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
-    kwargs = dict(
-        settings=settings,
-        candidates=[rules.Candidate("natural", 0, 0.1, linear=True)],
-        initial_state=loop,
-        select=lambda s, i, rho, repeats=1: s,
-        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
-        max_repeats=64,
-    )
+    kwargs = _update_arguments(settings, loop, 64)
     steps = settings.window
 
     def run(spread, seed=0):
@@ -216,14 +215,7 @@ def _finish_second_stage(state, loop, clipped, max_repeats=4096):
     """Windows at exactly the first stage's average (a change of 0, no noise: accurate, and
     an estimated bias of 0), each step clipped at ``clipped``, until the second stage ends."""
     settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
-    kwargs = dict(
-        settings=settings,
-        candidates=[rules.Candidate("natural", 0, 0.1, linear=True)],
-        initial_state=loop,
-        select=lambda s, i, rho, repeats=1: s,
-        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
-        max_repeats=max_repeats,
-    )
+    kwargs = _update_arguments(settings, loop, max_repeats)
     previous = {"x": np.asarray(state.previous["x"])}
     steps = settings.window
     while True:
