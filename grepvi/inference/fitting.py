@@ -108,9 +108,9 @@ def draws_per_step(families: dict, estimator: Estimator, flops_per_draw: float |
     ``DRAW_FLOPS_PER_STEP // flops_per_draw``: where one draw is expensive (a 500-row
     negative-binomial regression: 0.18 MFLOP by that count, 36 draws a step cost 27-38 times
     one), the floors of a stage, counted in steps, are what the draws cost; starting it at 5
-    cut its time to the answer from 30 to 8 s (``docs/performance.md``). Where a draw is cheap
+    cut its time to the answer from 30 to 9 s (``docs/performance.md``). Where a draw is cheap
     the count is the one without the cost: the conjugate cases of
-    ``tests/test_default_accuracy.py`` and eight of the twelve textbook models run as before.
+    ``tests/test_default_accuracy.py`` and nine of the twelve textbook models run as before.
     (A flat 8 within 32 was tried in the fourteenth session: at a gamma posterior of shape
     0.1 the natural gradient's trust region clipped 13% of 8-draw steps, the stages' bias no
     longer fell as ``rho / D``, and the answer's variance landed 2.2% off; the controller now
