@@ -259,7 +259,7 @@ def setup(
         length = settings.window
     raw_data = data
 
-    def build(draws):
+    def build(draws, initial=None):
         stepper = estimator if fixed else average_estimates(estimator, draws)
         most_repeats = 1
         if not fixed and not parallel:
@@ -270,12 +270,11 @@ def setup(
                     most_repeats = _batch_repeats(model, target.families, estimator, draws, batch_size)
         step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
             target, stepper, optimizer, key, init_params, raw_data, batch_size, parallel, model,
-            most_repeats > 1,
+            most_repeats > 1, initial,
         )  # fmt: skip
         return most_repeats, step_fn, initial_loop, place, data, widened_step_fn
 
-    built = build(None if fixed else draws)
-    most_repeats, step_fn, initial_loop, place, data, widened_step_fn = built
+    most_repeats, step_fn, initial_loop, place, data, widened_step_fn = build(None if fixed else draws)
     if check:
         check_target(target, initial_loop.params, data)
     if not fixed and batch_size is None and not parallel and draws > 1:
@@ -285,7 +284,7 @@ def setup(
         cheaper = draws_per_step(target.families, estimator, flops / draws)
         if cheaper < draws:
             draws = cheaper
-            most_repeats, step_fn, initial_loop, place, data, widened_step_fn = build(draws)
+            most_repeats, step_fn, _, place, data, widened_step_fn = build(draws, initial_loop)
     options = step_compiler_options(latent_elements(target.families))
     window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed, compiler_options=options)
     widened_window = None
@@ -310,13 +309,24 @@ def setup(
 
 
 def _step_and_state(
-    target, stepper, optimizer, key, init_params, data, batch_size, parallel, model, repeated=False
+    target,
+    stepper,
+    optimizer,
+    key,
+    init_params,
+    data,
+    batch_size,
+    parallel,
+    model,
+    repeated=False,
+    initial=None,
 ):
     """``(step_fn, initial loop state, placement or None, data, widened step_fn or None)``: the
     plain step, minibatch VI over ``model``'s rows, or the data-parallel step, and the same
     step with the gradient widened to float64 where float32 overflows (none for the
     data-parallel step). ``repeated``: the plain step averages the number of estimates its
-    optimizer state says (:func:`grepvi.inference.rules.repeats`)."""
+    optimizer state says (:func:`grepvi.inference.rules.repeats`). ``initial``: the plain
+    step's initial loop state, where one was made already (it does not depend on the draws)."""
     if batch_size is not None:
         if parallel:
             raise ConfigError(
@@ -342,7 +352,9 @@ def _step_and_state(
         new_state, info = step(state, widened, stepper, optimizer, data, repeats_of(state))
         return new_state, with_clipped(info, new_state.opt_state)
 
-    return step_fn, init(key, target, optimizer, init_params), None, data, widened_step_fn
+    if initial is None:
+        initial = init(key, target, optimizer, init_params)
+    return step_fn, initial, None, data, widened_step_fn
 
 
 def _default_plan(target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget):

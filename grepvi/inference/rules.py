@@ -170,31 +170,32 @@ def select(tree: Any, index: int, step_size: float, repeats: int = 1) -> Any:
     return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
 
 
+def _first_switch(tree: Any) -> SwitchState | None:
+    """The first :class:`SwitchState` in ``tree`` (None if there is none)."""
+    return next(
+        (node for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch) if _is_switch(node)), None
+    )
+
+
 def repeats(tree: Any):
     """The ``repeats`` array of the first :class:`SwitchState` in ``tree`` (traceable; None
     if there is none)."""
-    for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
-        if _is_switch(node):
-            return node.repeats
-    return None
+    node = _first_switch(tree)
+    return None if node is None else node.repeats
 
 
 def clipped(tree: Any):
     """The ``clipped`` array of the first :class:`SwitchState` in ``tree``: the fraction of
     latent elements whose last step the selected rule shrank (a trust region; 0 for rules
     without one). Traceable; None if there is no switch."""
-    for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
-        if _is_switch(node):
-            return node.clipped
-    return None
+    node = _first_switch(tree)
+    return None if node is None else node.clipped
 
 
 def selected(tree: Any) -> tuple[int, float] | None:
     """``(index, step size)`` of the first :class:`SwitchState` in ``tree`` (None if none)."""
-    for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch):
-        if _is_switch(node):
-            return int(node.index), float(node.step_size)
-    return None
+    node = _first_switch(tree)
+    return None if node is None else (int(node.index), float(node.step_size))
 
 
 def default_candidates(families: dict, step_size: float, max_kl: float, adam_step_size: float):
