@@ -8,8 +8,8 @@ full covariance, ``z = exp(Sigma^{1/2} eps + mu)``, treating ``T`` as a map of R
 ``log z`` lies on a (K-1)-dimensional surface (``sum z = 1``), so ``eps`` has no density on
 R^K and ``T(eps; v')`` leaves the simplex when ``v`` moves: the resulting estimator is
 biased (measured in ``tests/test_families_dirichlet.py``; the bias is many standard errors
-on a 4-category Dirichlet-multinomial). grepvi therefore standardizes the same statistics in
-the (K-1) additive log-ratio coordinates ``y_i = log z_i - log z_K``, a bijection of the
+on a 4-category Dirichlet-multinomial). grepvi's "full" and "diagonal" maps standardize the
+same statistics in the (K-1) additive log-ratio coordinates ``y_i = log z_i - log z_K``, a bijection of the
 simplex onto R^(K-1)::
 
     mu_y    = E[y]   = psi(alpha_{1:K-1}) - psi(alpha_K)
@@ -20,13 +20,18 @@ simplex onto R^(K-1)::
 which keeps the paper's idea (mean and full covariance of the sufficient statistics) and is
 exact. Standardizations:
 
-* ``"full"`` (default): the above, with the symmetric square root ``V D^{1/2} V^T``. Its
+* ``"gamma"`` (default): ``z = g / sum(g)``, ``g_k ~ Gamma(alpha_k, 1)`` each standardized as
+  the gamma family does; ``eps`` has K components and ``T`` maps them onto the simplex.
+  Exact; ``O(K)`` per draw (no matrix square root or solve) and the lowest per-draw variance
+  of the three exact maps on the Dirichlet-multinomial (``tests/test_families_dirichlet.py``:
+  up to 2.5x below "full", 6.7x below "diagonal"). On a 50 x 6 gamma-Dirichlet hierarchy a
+  G-REP draw costs 0.25 ms against 4.0 ms for "full", and the default fit took 6.7 s
+  instead of 16.0 s to the same answer.
+* ``"full"``: the log-ratio map above, with the symmetric square root ``V D^{1/2} V^T``. Its
   derivative is the solution of the Lyapunov equation ``dS S + S dS = dSigma`` (supplement D),
   solved in the eigenbasis as ``dS = V [(V^T dSigma V)_ij / (sqrt d_i + sqrt d_j)] V^T``,
   which stays finite when eigenvalues repeat (``eigh``'s own derivative does not).
 * ``"diagonal"``: only the diagonal of ``Sigma_y`` (cheaper, more variance).
-* ``"gamma"``: ``z = g / sum(g)``, ``g_k ~ Gamma(alpha_k, 1)`` each standardized as the gamma
-  family does; ``eps`` has K components and ``T`` maps them onto the simplex. Exact.
 * ``"paper"``: the literal supplement D map of R^K, for comparison (biased, see above).
 """
 
@@ -69,7 +74,7 @@ class Dirichlet(Family):
 
     init_concentration: float = 1.0
     init_noise: float = 0.0
-    standardization: str = "full"
+    standardization: str = "gamma"
 
     event_ndim = 1
     support = "simplex"
