@@ -174,6 +174,57 @@ def test_small_arrays_under_vmap(seed, alpha):
     np.testing.assert_allclose(np.asarray(batched[3]), separate, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("seed, alpha", list(enumerate([1e-3, 0.1, 1.0, 3.0])))
+def test_middle_arrays_one_compacted_round(seed, alpha):
+    """Calls of ``TINY_SIZE`` to ``SMALL_SIZE`` elements (here 500, under ``vmap``) take one
+    proposal each and one loop-free compacted round for the rejected: KS and the first two
+    moments against the log-gamma distribution, over 20,000 draws (two 5-standard-error
+    checks; the moments' standard errors as in :func:`test_moments_are_polygammas`)."""
+    size = 500
+    assert sampling.TINY_SIZE < size <= sampling.SMALL_SIZE
+    keys = jax.random.split(jax.random.key(500 + seed), NUM_SAMPLES // size)
+    alphas = jnp.full((size,), alpha, jnp.float32)
+    batched = jax.jit(jax.vmap(lambda key: log_gamma(key, alphas)))(keys)
+    log_z = np.asarray(batched, np.float64).ravel()
+    assert np.isfinite(log_z).all()
+    assert _ks_p_value(log_z, alpha) > KS_MIN_P_VALUE
+    n, variance = log_z.size, special.polygamma(1, alpha)
+    mean_error = (log_z.mean() - special.digamma(alpha)) / np.sqrt(variance / n)
+    fourth = special.polygamma(3, alpha) + 3 * variance**2
+    variance_error = (log_z.var(ddof=1) - variance) / np.sqrt((fourth - variance**2) / n)
+    assert abs(mean_error) < MAX_STANDARD_ERRORS and abs(variance_error) < MAX_STANDARD_ERRORS
+    separate = np.asarray(log_gamma(keys[3], alphas))
+    np.testing.assert_allclose(np.asarray(batched[3]), separate, rtol=1e-5, atol=1e-6)
+
+
+def test_one_compacted_round_serves_each_pending_element_its_own_draw():
+    """Every element pending, twice the round's room: the first ``capacity`` pending elements
+    get the first accepted of their 8 proposals (KS per shape over 20,000), the rest ``log d``,
+    and elements not pending keep their value."""
+    alphas, num_each = (1.0, 4.0), 64
+    capacity = 2 * num_each
+    alpha = jnp.tile(jnp.repeat(jnp.asarray(alphas, jnp.float32), num_each), 2)  # 256 elements
+    pending = jnp.ones(alpha.shape, bool).at[0].set(False)
+    log_g = jnp.full(alpha.shape, jnp.nan, jnp.float32).at[0].set(7.0)
+
+    def served(key):
+        uniforms = sampling._open_uniform(key, (2 * sampling.SMALL_PROPOSALS, capacity), jnp.float32)
+        return sampling._finish_pending_once(uniforms, alpha, log_g, pending)
+
+    out = np.asarray(
+        jax.jit(jax.vmap(served))(jax.random.split(jax.random.key(600), NUM_SAMPLES // num_each))
+    )
+    assert np.all(out[:, 0] == 7.0)
+    served_alpha = np.asarray(alpha)[1 : capacity + 1]  # the first `capacity` pending elements
+    for shape in alphas:
+        draws = out[:, 1 : capacity + 1][:, served_alpha == shape]
+        assert _ks_p_value(np.asarray(draws, np.float64).ravel(), shape) > KS_MIN_P_VALUE
+    rest = out[:, capacity + 1 :]
+    np.testing.assert_allclose(
+        rest, np.broadcast_to(np.log(np.asarray(alpha)[capacity + 1 :] - 1 / 3), rest.shape)
+    )
+
+
 def test_small_path_fallback_when_every_proposal_is_rejected():
     """Uniforms just below 1 reject every proposal with ``|x| > 0.04``; the fallback is the
     first proposal with ``v > 0`` (``log d + 3 log1p(c x)``), finite."""
