@@ -92,6 +92,21 @@ def test_dirichlet_multinomial_unbiased(standardization, concentration):
     assert check.max_abs_z() < MAX_STANDARD_ERRORS, f"z-scores {check.z_scores}"
 
 
+@pytest.mark.parametrize("standardization", ["gamma", "full", "diagonal"])
+def test_dirichlet_multinomial_unbiased_at_small_concentrations(standardization):
+    """Concentrations (0.1, 0.3, 0.05, 1.0), where the log-gamma draws reach far below
+    float32's smallest ``z``: within 5 standard errors (measured, seed 17: max |z| 1.40, 1.43,
+    1.35). Per-draw variance of the four components, the default ("gamma") lowest:
+    1762, 2213, 7979, 621 against 2246, 2688, 7996, 730 ("full") and 2196, 2647, 7967, 779
+    ("diagonal")."""
+    check = _check(standardization, (0.1, 0.3, 0.05, 1.0))
+    assert check.max_abs_z() < MAX_STANDARD_ERRORS, f"z-scores {check.z_scores}"
+
+
+def test_the_default_standardization_is_the_gammas():
+    assert Dirichlet((4,)).standardization == "gamma"
+
+
 @pytest.mark.parametrize("concentration", CONCENTRATIONS.values(), ids=CONCENTRATIONS.keys())
 def test_paper_standardization_is_biased(concentration):
     """The literal supplement-D map: biased by more than 20 standard errors in every
