@@ -1,6 +1,7 @@
 """A value-space model's gradient where float32 overflows (issue 23): recomputed in float64."""
 
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import grepvi
+from grepvi.inference import driver
 from grepvi.inference.widened_gradient import float64_where_float32_overflows
 
 numpyro = pytest.importorskip("numpyro")
@@ -60,10 +62,12 @@ def test_gradient_where_float32_is_finite_is_unchanged():
 
 
 @pytest.mark.filterwarnings("ignore::grepvi.errors.NonFiniteStepWarning")
-def test_a_step_of_several_draws_widens():
+def test_a_step_of_several_draws_widens(monkeypatch):
     # the draws of a step are vmapped: the widened gradient's cond becomes a select whose
     # batching rule re-traces the float64 branch where the cond is bound; with x64 off there
-    # it failed ("lax.add requires arguments to have the same dtypes")
+    # it failed ("lax.add requires arguments to have the same dtypes"). This case overflows
+    # in a few steps of a window: widened from the first (the threshold is another test's).
+    monkeypatch.setattr(driver, "WIDEN_WINDOW_FRACTION", 0.0)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 4)).astype(np.float32)
     t = (np.exp(0.5 + x @ np.array([0.5, -0.3, 0.0, 0.2])) * rng.weibull(1.5, 400)).astype(np.float32)
@@ -71,6 +75,30 @@ def test_a_step_of_several_draws_widens():
     result = adapted.fit(estimator=grepvi.estimators.grep(num_samples=4), step_size=0.01, num_steps=300)
     assert int(result.run_state.controller.widened) != 0, "the case must overflow float32 (widened tried)"
     assert np.isfinite(float(result.posterior["k"].mean()))
+
+
+def test_a_rare_nonfinite_step_is_skipped_not_widened():
+    """The widened window is compiled (2-3 s on a small model) for a window with a tenth of
+    its steps non-finite, or once the run has skipped a hundredth of its steps (twenty at
+    least); a rare one is skipped."""
+
+    class Loop(NamedTuple):
+        iteration: int
+        num_skipped: int
+
+    def window(nonfinite, steps=100):
+        flags = np.zeros((steps, 2), bool)
+        flags[:nonfinite, 0] = True
+        return {"finite": ~flags.any(-1), "nonfinite_latents": flags}
+
+    assert not driver._widening_pays(window(0), Loop(100, 0))
+    assert not driver._widening_pays(window(1), Loop(100, 1))
+    assert not driver._widening_pays(window(9), Loop(100, 9))
+    assert driver._widening_pays(window(10), Loop(100, 10))
+    assert not driver._widening_pays(window(1), Loop(10_000, 19))  # 20 at least
+    assert driver._widening_pays(window(1), Loop(2_000, 20))  # 1% of the run
+    assert not driver._widening_pays(window(1), Loop(10_000, 99))
+    assert driver._widening_pays(window(1), Loop(10_000, 100))
 
 
 # --- in a fit: the first window with an overflow runs again widened, and so does every later one

@@ -1,9 +1,11 @@
 """A log density's gradient, recomputed in float64 where float32 overflows.
 
-:func:`grepvi.fit` runs a model's own log density (float32) until a step's gradient is
-non-finite outside the trial; it then reruns that window, and every later one, with the
-target of :func:`widened_target` (compiled then, once: a model that never overflows pays
-nothing). The switch is part of the run's state, so a resumed run takes the same path.
+:func:`grepvi.fit` runs a model's own log density (float32) until a tenth of a window's
+steps (or a hundredth of the run's, twenty at least) had a non-finite gradient outside the
+trial; it then reruns that window, and every later one, with the target of
+:func:`widened_target` (compiled then, once: a model that never overflows, or rarely, pays
+nothing; its rare non-finite steps are skipped). The switch is part of the run's state, so a
+resumed run takes the same path.
 
 A model written in value space can overflow in its own gradient where its value is fine. The
 sparse gamma DEF as a NumPyro user writes it (``z ~ Gamma(alpha, alpha / mean)``,
