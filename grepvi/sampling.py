@@ -54,8 +54,8 @@ Tiny arrays (up to ``TINY_SIZE`` = 256 elements: the latents of small models, dr
 times per step under ``vmap``): every element gets ``SMALL_PROPOSALS`` = 8 proposals at once,
 from one call of the bit generator, and no loop runs. Compilation is what costs there, not
 draws: the loop and its Threefry programs, batched by ``vmap``, made the sampler 1.1 s of CPU
-time to compile on one element, 0.4 s without (and the default procedure's step program on a gamma-Poisson
-model 3.2 s, then 1.9 s). The first accepted of the 8 is the rejection sampler's draw unless
+time to compile on one element, 0.4 s without (and the default procedure's step program on a
+gamma-Poisson model 3.2 s, then 1.9 s). The first accepted of the 8 is the rejection sampler's draw unless
 all 8 are rejected, which has probability ``0.0484^8 = 3e-11`` per element at the worst
 shape (far below the ``6e-8`` of the uniforms' truncation below); such an element gets its
 first proposal with ``v > 0`` (a draw of the proposal distribution, within a few percent of

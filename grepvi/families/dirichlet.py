@@ -9,8 +9,8 @@ full covariance, ``z = exp(Sigma^{1/2} eps + mu)``, treating ``T`` as a map of R
 R^K and ``T(eps; v')`` leaves the simplex when ``v`` moves: the resulting estimator is
 biased (measured in ``tests/test_families_dirichlet.py``; the bias is many standard errors
 on a 4-category Dirichlet-multinomial). grepvi's "full" and "diagonal" maps standardize the
-same statistics in the (K-1) additive log-ratio coordinates ``y_i = log z_i - log z_K``, a bijection of the
-simplex onto R^(K-1)::
+same statistics in the (K-1) additive log-ratio coordinates ``y_i = log z_i - log z_K``, a
+bijection of the simplex onto R^(K-1)::
 
     mu_y    = E[y]   = psi(alpha_{1:K-1}) - psi(alpha_K)
     Sigma_y = Cov[y] = diag(psi_1(alpha_{1:K-1})) + psi_1(alpha_K) 1 1^T
@@ -24,9 +24,9 @@ exact. Standardizations:
   the gamma family does; ``eps`` has K components and ``T`` maps them onto the simplex.
   Exact; ``O(K)`` per draw (no matrix square root or solve) and the lowest per-draw variance
   of the three exact maps on the Dirichlet-multinomial (``tests/test_families_dirichlet.py``:
-  up to 2.5x below "full", 6.7x below "diagonal"). On a 50 x 6 gamma-Dirichlet hierarchy a
-  G-REP draw costs 0.25 ms against 4.0 ms for "full", and the default fit took 6.7 s
-  instead of 16.0 s to the same answer.
+  up to 2.5x below "full", 6.7x below "diagonal"). On a 50 x 6 gamma-Dirichlet hierarchy
+  the default fit took 6.7 s instead of 16.0 s with "full", to the same answer (every mean
+  within 0.003; one process, compilation included).
 * ``"full"``: the log-ratio map above, with the symmetric square root ``V D^{1/2} V^T``. Its
   derivative is the solution of the Lyapunov equation ``dS S + S dS = dSigma`` (supplement D),
   solved in the eigenbasis as ``dS = V [(V^T dSigma V)_ij / (sqrt d_i + sqrt d_j)] V^T``,
