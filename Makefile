@@ -14,11 +14,11 @@ $(BIN)/grepvi: pyproject.toml
 demo: $(BIN)/grepvi  ## the main job on the embedded default data
 	$(BIN)/grepvi demo
 
-test: $(BIN)/grepvi  ## the test suite CI runs (slow tier excluded)
-	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q
+test: $(BIN)/grepvi  ## the test suite CI runs (slow tier excluded; one worker per core, at most 4)
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q -n auto --maxprocesses=4
 
 test-all: $(BIN)/grepvi  ## the fast tier, then the slow tier one file per process (per-test timeout)
-	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q -n auto --maxprocesses=4
 	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/python scripts/slow_tier.py
 
 lint: $(BIN)/grepvi

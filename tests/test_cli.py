@@ -335,9 +335,11 @@ def test_damaged_or_missing_checkpoints_are_refused_with_the_ways_on(fitted, tmp
     assert "or restore it from a backup" in capsys.readouterr().err
     (copy / "checkpoint.prev.npz").write_bytes(good)  # as a second checkpoint would have kept it
     random_bytes = np.random.default_rng(1).bytes(len(good))
+    flipped = bytearray(good)
+    flipped[_inside_largest_array(good)] ^= 0x04
     damages = {
         "truncated": good[: len(good) // 2],
-        "bit-flipped": bytes(b ^ 0x04 if i == _inside_largest_array(good) else b for i, b in enumerate(good)),
+        "bit-flipped": bytes(flipped),
         "empty": b"",
         "random bytes": random_bytes,
     }
