@@ -113,13 +113,14 @@ def test_the_switch_reports_the_selected_rules_clipping_and_adam_none():
     assert rules.clipped(optax.EmptyState()) is None
 
 
-def test_a_default_fit_runs_the_models_python_four_times():
+def test_a_default_fit_runs_the_models_python_three_times():
     """The step is traced once (``state.traced_once``: a jitted function whose trace the
-    window's program reuses from JAX's cache), so a whole default fit, trial, stages and all,
-    runs the user's log density in Python four times: the check's value and gradient at the
-    initial point, and in the step's one trace the baseline at the means and the draws' log
-    joint (under ``vmap``). A second trace of the step would make it six (and cost 0.2-0.5 s
-    of a small model's time to the answer)."""
+    window's program reuses from JAX's cache) and the model's log density is jitted for the
+    step (``fitting.replayed_target``: its baseline at the means and its draws under ``vmap``
+    share one trace of the model), so a whole default fit, trial, stages and all, runs the
+    user's log density in Python three times: the check's value and gradient at the initial
+    point, and once for the step. A second trace of the step would make it four or five (and
+    cost 0.2-0.5 s of a small model's time to the answer)."""
     calls = [0]
     counts = jnp.array([3.0, 5.0, 4.0])
 
@@ -130,4 +131,28 @@ def test_a_default_fit_runs_the_models_python_four_times():
 
     result = grepvi.fit(logdensity_fn, {"rate": Gamma()}, progress=False)
     assert result.converged
-    assert calls[0] == 4
+    assert calls[0] == 3
+
+
+def test_a_step_rebuilt_for_fewer_draws_does_not_run_the_model_again():
+    """A model whose draws cost more than ``DRAW_FLOPS_PER_STEP`` allows at the first count
+    (a 2,000 x 20 logistic regression: 12 draws by its 21 elements, 2 by its cost) has its
+    step built twice; the second build replays the jitted model's trace (three runs in all,
+    as where the draws stand)."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2000, 20)), jnp.float32)
+    y = jnp.asarray(rng.random(2000) < 0.5, jnp.float32)
+    calls = [0]
+
+    def logdensity_fn(z):
+        calls[0] += 1
+        logits = x @ z["w"] + z["b"]
+        prior = -0.5 * jnp.sum(z["w"] ** 2) - 0.5 * z["b"] ** 2
+        return prior + jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
+
+    latents = {"w": Normal(shape=(20,)), "b": Normal()}
+    first = fitting.draws_per_step(latents, grepvi.get_estimator("grep"))
+    prepared = fitting.setup(fitting.make_target(logdensity_fn, latents), grepvi.get_estimator("grep"))
+    assert first > prepared.plan.base_draws  # the draws were cut, the step built again
+    prepared.window.compile(prepared.initial.loop, prepared.data)
+    assert calls[0] == 3

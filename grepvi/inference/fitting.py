@@ -124,6 +124,20 @@ def draws_per_step(families: dict, estimator: Estimator, flops_per_draw: float |
     return int(draws)
 
 
+def replayed_target(target: Target) -> Target:
+    """``target`` with its model functions under :func:`jax.jit`, made once per fit: JAX traces
+    each once per argument shapes, and every later call inside a trace (the step's baseline at
+    the means and its draws under ``vmap``, the step rebuilt for fewer draws) reuses that
+    trace as one call equation (``vmap`` and ``grad`` transform the cached jaxpr) instead of
+    running the model's Python again. XLA inlines the call. The negative-binomial regression
+    (500 x 5, NumPyro) ran its model's Python 0.73 s in a fit whose step was traced twice."""
+    local = target.local_logdensity_fn
+    return target._replace(
+        logdensity_fn=jax.jit(target.logdensity_fn),
+        local_logdensity_fn=None if local is None else jax.jit(local),
+    )
+
+
 def traced_step(step_fn, state, data):
     """``(step_fn', flops)``: ``step_fn`` traced once at ``(state, data)`` and replayed
     (:func:`grepvi.inference.state.traced_once`: the window built on ``step_fn'`` does not run
@@ -258,6 +272,7 @@ def setup(
         draws = draws_per_step(target.families, estimator)
         length = settings.window
     raw_data = data
+    step_target = target if batch_size is not None or parallel else replayed_target(target)
 
     def build(draws, initial=None):
         stepper = estimator if fixed else average_estimates(estimator, draws)
@@ -269,7 +284,7 @@ def setup(
                 if model is not None:
                     most_repeats = _batch_repeats(model, target.families, estimator, draws, batch_size)
         step_fn, initial_loop, place, data, widened_step_fn = _step_and_state(
-            target, stepper, optimizer, key, init_params, raw_data, batch_size, parallel, model,
+            step_target, stepper, optimizer, key, init_params, raw_data, batch_size, parallel, model,
             most_repeats > 1, initial,
         )  # fmt: skip
         return most_repeats, step_fn, initial_loop, place, data, widened_step_fn
