@@ -169,6 +169,26 @@ def test_a_cheap_stage_halves_the_step_as_before():
     assert int(state.repeats) == 1
 
 
+def test_a_stage_whose_successor_raises_the_draws_ends_at_its_first_mcse():
+    """Where the first MCSE (8 batches) says the stage would cost 2 to 3 floors at its draws,
+    the stage ends there and the next runs twice the draws (``EARLY_FACTOR`` 2): at 3 it ran
+    on to its accuracy first, and the next stage still doubled the draws (the
+    negative-binomial regression: 4,450 steps against 3,850, the same answer)."""
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    first_mcse = settings.min_batches * settings.window  # one window per batch at rho 0.1
+    floor = controller.MIN_APPROACH_WINDOWS * settings.window + first_mcse
+    seen = 0
+    for seed in range(12):
+        state, _, _, _ = _simulate(64, window_sd=0.019, seed=seed, stop=lambda s: int(s.stage) == 1)
+        factor = first_mcse * (float(state.previous_accuracy) / MECHANISM_TOLERANCE) ** 2 / floor
+        if int(state.previous_iterations) == first_mcse and 2 <= factor < 3:
+            assert int(state.repeats) == 2, seed
+            seen += 1
+        else:  # a stage that ran on was cheap at its first MCSE (f < 2 there)
+            assert int(state.previous_iterations) > first_mcse and int(state.repeats) <= 2, seed
+    assert seen >= 3, seen
+
+
 def test_a_drifting_average_stops_the_run():
     """A stage whose Monte Carlo error stays far above what the previous stage's predicts for
     its draws (``e' sqrt(N' / N)``) drifts: the run stops with reason ``"drifting"`` at the

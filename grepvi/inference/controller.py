@@ -124,7 +124,12 @@ TRIAL_CURVE = 16  # trial windows per candidate whose medians are kept (early st
 TRIAL_CHECK_FRACTION = 0.25  # of the trial's steps: where every candidate's first window ends
 TRIAL_FIRST_CHECK = 11  # steps, at least: the driver's probes (1 + 10 steps) end there
 MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start its average
-EARLY_FACTOR = 3  # a stage that would cost this many floors at its draws ends at its first MCSE
+# A stage that would cost this many floors at its draws ends at its first MCSE (2: every stage
+# whose successor raises the draws). At 3, a stage at 2-3 floors ran on to its accuracy and the
+# next still raised the draws: the negative-binomial regression averaged 1,500 steps at 5 draws,
+# then 1,300 at 15 (4,450 steps, 8.3 s); at 2, 700 at 5 and 1,500 at 10 (3,850 steps, 7.3 s),
+# the same answer; the eleven other textbook models ran the same steps.
+EARLY_FACTOR = 2
 # The fraction of latent elements whose averaged steps a stage's trust region shrank, above
 # which the stage's average is not used to estimate a bias, and its successor raises the draws
 # by at least CLIPPED_DRAWS_FACTOR (where it may). Clipping makes a step nonlinear in its
