@@ -36,19 +36,27 @@ sampler, so the stages change the cost, not the distribution.
 
 1. One proposal for every element; at least 95% accept.
 2. A :func:`jax.lax.while_loop` runs while any element is pending. Each round compacts the
-   pending elements (``jnp.nonzero`` with a static size of ``n/16 + 64``, at least 8 standard
-   deviations above the worst-case 4.84% for any ``n``) and gives each ``num_proposals`` (4)
-   proposals at once. One round nearly always suffices: an element is left after it with
-   probability ``0.0484^5 = 3e-7``, so about one call in eight needs a second round at
-   460,000 elements.
+   pending elements (:func:`_first_pending`, the equivalent of ``jnp.nonzero`` with a static
+   size of ``n/16 + 64``, at least 8 standard deviations above the worst-case 4.84% for any
+   ``n``), and an inner loop gives every compacted element one proposal per round until
+   each has one accepted (about five rounds for 20,000 of them). One outer round nearly
+   always suffices.
 
-Drawing 4 proposals for every element instead takes about 1.5 times as long: on CPU,
-``jax.random.bits`` (Threefry) and ``erfinv`` dominate, not the acceptance test. (Using both
-words of each Threefry block, where ``jax.random.bits`` under JAX's partitionable default
-hashes a block per word, made the DEF's draw 9.1 -> 6.6 ms; with those bits two fits lost
-their way more often (a prior-only model of 2,000 Gamma(0.1, 0.1) units had 1-2 units whose
-q-mean drifted to 1e6 in 3 seeds of 3, none in 3 with ``jax.random.bits``), which was not
-explained, so it was taken back.)
+The bits of the large arrays' uniforms come from :func:`grepvi.threefry.bits`: those of
+``jax.random.bits``, with the Threefry rounds unrolled so that XLA fuses them with the
+arithmetic that reads them (JAX lowers them on CPU as a loop that writes every block to
+memory five times). On the Olivetti DEF's largest latent (409,600 shapes, two cores) one
+call took 10.2 ms before this design and 4.7 ms with it: the Threefry loop, ``jnp.nonzero``
+(2.7 ms: a cumulative sum and a scatter over every element) and four proposals for every
+compacted element (an ``argmax`` and a gather over them: 3.4 ms for 25,664 elements) were
+the cost. The pending elements are read off the NaNs of ``log g`` where they are needed, not
+carried as flags: XLA on CPU copies an elementwise computation into each of its consumers,
+so a proposal read both by the flags and by the draws was computed twice. (Using both words
+of each Threefry block, where ``jax.random.bits`` under JAX's partitionable default hashes a
+block per word, made the DEF's draw 9.1 -> 6.6 ms in an earlier design; with those bits two
+fits lost their way more often (a prior-only model of 2,000 Gamma(0.1, 0.1) units had 1-2
+units whose q-mean drifted to 1e6 in 3 seeds of 3, none in 3 with ``jax.random.bits``),
+which was not explained, so it was taken back: the bits here are ``jax.random.bits``'s.)
 
 Tiny arrays (up to ``TINY_SIZE`` = 256 elements: the latents of small models, drawn up to 64
 times per step under ``vmap``): every element gets ``SMALL_PROPOSALS`` = 8 proposals at once,
@@ -99,6 +107,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grepvi import threefry
 from grepvi.errors import ConfigError
 
 __all__ = ["log_gamma", "log_gamma_reference", "with_one_gamma_draw"]
@@ -107,7 +116,7 @@ __all__ = ["log_gamma", "log_gamma_reference", "with_one_gamma_draw"]
 _SERIES_THRESHOLD = 0.1
 
 
-def log_gamma(rng_key, shape, sample_shape=(), dtype=None, num_proposals=4):
+def log_gamma(rng_key, shape, sample_shape=(), dtype=None, num_proposals=1):
     r"""Draw ``log z`` for ``z ~ Gamma(shape, 1)`` (Marsaglia-Tsang in log space).
 
     .. math::
@@ -130,11 +139,9 @@ def log_gamma(rng_key, shape, sample_shape=(), dtype=None, num_proposals=4):
       dtype: ``float32`` or ``float64``. ``None`` takes the dtype of a floating ``shape``, else
         JAX's default float (``float64`` under ``jax_enable_x64``). ``float64`` without x64
         falls back to ``float32``, as in ``jax.random``.
-      num_proposals: proposals drawn at once, per round of the ``while_loop``, for each element
+      num_proposals: proposals drawn at once, per round of the inner loop, for each element
         the first proposal left pending (stage 2 in the module docstring; arrays of more than
-        ``SMALL_SIZE`` elements). Exposed for tests:
-        with ``1``, about ``0.0484^2`` = 0.2% of the elements at ``alpha = 1`` still need a
-        second round.
+        ``SMALL_SIZE`` elements); the first accepted is kept. Exposed for tests.
 
     Returns:
       Array of ``log z`` with shape ``sample_shape + jnp.shape(shape)`` and dtype ``dtype``.
@@ -263,6 +270,11 @@ def _resolve_dtype(shape, dtype):
 TINY_SIZE = 256
 SMALL_SIZE = 1024
 SMALL_PROPOSALS = 8
+# Random words per call above which the large path's bits come from grepvi.threefry (fused):
+# the step programs of models this large compile with LLVM at -O3, which vectorizes the
+# fused rounds (compilation_cache.LARGE_MODEL_COMPILER_OPTIONS; at -O1 they ran as scalar
+# code, and the DEF's step took 45.9 ms instead of 27.4).
+FUSED_BITS_SIZE = 16_384
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
@@ -297,11 +309,10 @@ def _log_gamma(rng_key, shape, sample_shape, num_proposals):
         key_first, key_pending = jax.random.split(rng_key)
         # Stage 1: one proposal for every element (at least 95% accept), and the boost's
         # uniform, from one call of the bit generator.
-        uniforms = _open_uniform(key_first, (3,) + alpha.shape, alpha.dtype)
+        uniforms = _open_uniform(key_first, (3,) + alpha.shape, alpha.dtype, fused_bits=True)
         log_g = _marsaglia_tsang_from_uniforms(boosted_alpha, uniforms[0], uniforms[1])
         # Stage 2 (and, rarely, more rounds): the pending elements, compacted.
-        pending = jnp.isnan(log_g) & is_regular
-        log_g = _finish_pending(key_pending, boosted_alpha, log_g, pending, num_proposals)
+        log_g = _finish_pending(key_pending, boosted_alpha, log_g, is_regular, num_proposals)
         log_uniform = jnp.log(uniforms[2])
     log_z = log_g + jnp.where(is_boosted, log_uniform / alpha, 0)
     log_z = jnp.where(is_regular, log_z, jnp.where(alpha == jnp.inf, jnp.inf, jnp.nan))
@@ -314,7 +325,7 @@ def _marsaglia_tsang(rng_key, alpha, num_proposals):
     The proposals are drawn at once along a new leading axis (normals and uniforms from one
     call of the bit generator); elements where none was accepted are NaN.
     """
-    uniforms = _open_uniform(rng_key, (2, num_proposals) + alpha.shape, alpha.dtype)
+    uniforms = _open_uniform(rng_key, (2, num_proposals) + alpha.shape, alpha.dtype, fused_bits=True)
     return _marsaglia_tsang_from_uniforms(alpha, uniforms[0], uniforms[1])
 
 
@@ -378,31 +389,82 @@ def _log1p_remainder(y, log1p_y):
     return jnp.where(jnp.abs(y) < _SERIES_THRESHOLD, series, direct)
 
 
-def _finish_pending(rng_key, alpha, log_g, pending, num_proposals):
-    """Draw ``log g`` where ``pending`` (flat arrays, ``alpha >= 1``).
+def _finish_pending(rng_key, alpha, log_g, is_regular, num_proposals):
+    """Draw ``log g`` where it is NaN and ``is_regular`` (flat arrays, ``alpha >= 1``).
 
     A ``while_loop`` runs while any element is pending; each round compacts up to
-    ``n/16 + 64`` pending elements (``jnp.nonzero`` with a static size) and gives each
+    ``n/16 + 64`` pending elements (:func:`_first_pending`) and gives each
     ``num_proposals`` proposals at once. Costs one ``any`` when nothing is pending.
+
+    The loop carries ``log g`` alone and reads the pending elements off its NaNs: XLA on CPU
+    copies an elementwise computation into each of its consumers, so a proposal read by both
+    the pending flags and the draws was computed twice (409,600 elements: 12.6 ms a call
+    where one pass takes 3).
     """
-    size, capacity = alpha.size, _capacity(alpha.size)
+    capacity = _capacity(alpha.size)
+
+    def pending_of(log_g):
+        return jnp.isnan(log_g) & is_regular
 
     def has_pending(state):
-        return jnp.any(state[2])
+        return jnp.any(pending_of(state[1]))
 
     def finish_round(state):
-        iteration, log_g, pending = state
-        (index,) = jnp.nonzero(pending, size=capacity, fill_value=size)
+        iteration, log_g = state
+        index = _first_pending(pending_of(log_g), capacity)
         subset_alpha = alpha.at[index].get(mode="fill", fill_value=1)
         key = jax.random.fold_in(rng_key, iteration)
-        subset_log_g = _marsaglia_tsang(key, subset_alpha, num_proposals)
-        # Pending entries of log_g are NaN, and so are the subset's unaccepted ones.
-        log_g = log_g.at[index].set(subset_log_g, mode="drop")
-        pending = pending.at[index].set(jnp.isnan(subset_log_g), mode="drop")
-        return iteration + 1, log_g, pending
+        subset_log_g = _until_accepted(key, subset_alpha, index < alpha.size, num_proposals)
+        return iteration + 1, log_g.at[index].set(subset_log_g, mode="drop")
 
-    state = (jnp.zeros((), jnp.uint32), log_g, pending)
-    return jax.lax.while_loop(has_pending, finish_round, state)[1]
+    return jax.lax.while_loop(has_pending, finish_round, (jnp.zeros((), jnp.uint32), log_g))[1]
+
+
+def _until_accepted(rng_key, alpha, wanted, num_proposals):
+    """``log g`` for every ``wanted`` element (NaN elsewhere): rounds of ``num_proposals``
+    proposals for every element, each kept where its element has none accepted yet, until
+    every wanted element has one (about five rounds for 25,000 elements)."""
+
+    def has_pending(state):
+        return jnp.any(jnp.isnan(state[1]) & wanted)
+
+    def draw_round(state):
+        iteration, log_g = state
+        proposal = _marsaglia_tsang(jax.random.fold_in(rng_key, iteration), alpha, num_proposals)
+        return iteration + 1, jnp.where(jnp.isnan(log_g) & wanted, proposal, log_g)
+
+    start = jnp.full(alpha.shape, jnp.nan, alpha.dtype)
+    return jax.lax.while_loop(has_pending, draw_round, (jnp.zeros((), jnp.uint32), start))[1]
+
+
+def _first_pending(pending, capacity):
+    """The indices of the first ``capacity`` true elements of the flat boolean ``pending``, in
+    order, then ``pending.size``: ``jnp.nonzero(pending, size=capacity, fill_value=size)``.
+
+    ``jnp.nonzero`` counts with a cumulative sum and a scatter over every element (2.7 ms for
+    409,600 on two cores: as long as drawing them). Here the flags are packed 32 to a word
+    (a sum of shifted bits), the words' population counts summed cumulatively (1/32 of the
+    elements), and each requested index found from its word: the word by binary search of
+    the counts, the bit by five halvings of the word's population count (0.8 ms).
+    """
+    size = pending.size
+    num_words = -(-size // 32)
+    flags = jnp.pad(pending, (0, num_words * 32 - size)).reshape(num_words, 32).astype(jnp.uint32)
+    words = jnp.sum(flags << jnp.arange(32, dtype=jnp.uint32), axis=1, dtype=jnp.uint32)
+    counts = jax.lax.population_count(words).astype(jnp.int32)
+    through = jnp.cumsum(counts)  # pending elements up to and including each word
+    wanted = jnp.arange(capacity, dtype=jnp.int32)
+    word = jnp.searchsorted(through, wanted + 1, side="left", method="scan_unrolled").astype(jnp.int32)
+    word = jnp.minimum(word, num_words - 1)
+    rank = wanted - (through[word] - counts[word])  # which set bit of the word
+    bits, position = words[word], jnp.zeros_like(wanted)
+    for width in (16, 8, 4, 2, 1):
+        below = jax.lax.population_count(bits & np.uint32((1 << width) - 1)).astype(jnp.int32)
+        higher = rank >= below
+        rank = jnp.where(higher, rank - below, rank)
+        position = jnp.where(higher, position + width, position)
+        bits = jnp.where(higher, bits >> np.uint32(width), bits)
+    return jnp.where(wanted < through[-1], word * 32 + position, size)
 
 
 def _capacity(size):
@@ -433,7 +495,7 @@ def _finish_pending_once(uniforms, alpha, log_g, pending):
     return jnp.where(jnp.isnan(log_g) & pending, jnp.log(alpha - 1 / 3), log_g)
 
 
-def _open_uniform(rng_key, shape, dtype):
+def _open_uniform(rng_key, shape, dtype, fused_bits=False):
     """Uniform draws on the open interval ``(0, 1)``: ``(k + 1/2) 2^-m`` for ``m`` mantissa
     bits and uniform integer ``k``, so neither 0 nor 1 occurs and ``log u`` is finite.
 
@@ -445,7 +507,10 @@ def _open_uniform(rng_key, shape, dtype):
     else:
         bits_dtype, exponent_of_one = jnp.uint64, 0x3FF0000000000000
     mantissa_bits = np.finfo(dtype).nmant
-    bits = jax.random.bits(rng_key, shape, bits_dtype)
+    if fused_bits and bits_dtype == jnp.uint32 and math.prod(shape) > FUSED_BITS_SIZE:
+        bits = threefry.bits(rng_key, shape)  # the same bits, the rounds fused
+    else:
+        bits = jax.random.bits(rng_key, shape, bits_dtype)
     shift = np.dtype(bits_dtype).itemsize * 8 - mantissa_bits
     one_to_two = jax.lax.bitcast_convert_type((bits >> shift) | np.array(exponent_of_one, bits_dtype), dtype)
     return (one_to_two - 1) + 2.0 ** -(mantissa_bits + 1)

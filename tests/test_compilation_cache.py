@@ -59,7 +59,7 @@ def test_step_compiler_options_for_cpu_models_by_size():
     small = compilation_cache.step_compiler_options(100, backend="cpu")
     assert small == compilation_cache.SMALL_MODEL_COMPILER_OPTIONS
     large = compilation_cache.step_compiler_options(10**6, backend="cpu")
-    assert large == compilation_cache.LARGE_MODEL_COMPILER_OPTIONS == {"xla_backend_optimization_level": 1}
+    assert large == compilation_cache.LARGE_MODEL_COMPILER_OPTIONS == {"xla_backend_optimization_level": 3}
     assert compilation_cache.step_compiler_options(100, backend="gpu") == {}
     # XLA accepts them (a typo in an option name is an INVALID_ARGUMENT error at compile time)
     lowered = jax.jit(lambda x: jnp.sin(x) * 2).lower(jnp.ones(3))

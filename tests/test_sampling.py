@@ -74,12 +74,26 @@ def test_small_shapes_are_finite_in_float32(alpha):
         assert float(jnp.mean(jnp.exp(log_z) == 0)) > 0.3
 
 
-def test_distribution_with_one_proposal_per_round():
-    """With ``num_proposals=1`` about ``0.0484^2 * 20,000 = 47`` elements at ``alpha = 1``
-    (``alpha + 1`` after the boost: 40 at 0.3) need a second round of the while_loop."""
+def test_distribution_with_several_proposals_per_round():
+    """The default gives each pending element one proposal per round (about 0.0484 * 20,000
+    = 970 elements at ``alpha = 1`` pending after the first, five rounds); with
+    ``num_proposals=4`` the first accepted of four is kept."""
     for seed, alpha in enumerate([1.0, 0.3]):
-        log_z = _draw(200 + seed, alpha, num_proposals=1)
+        log_z = _draw(200 + seed, alpha, num_proposals=4)
         assert _ks_p_value(log_z, alpha) > KS_MIN_P_VALUE
+
+
+@pytest.mark.parametrize("size", [1, 31, 32, 33, 1000, 40_001])
+@pytest.mark.parametrize("fraction", [0.0, 0.03, 0.5, 1.0])
+def test_first_pending_is_nonzero_with_a_static_size(size, fraction):
+    """The packed-word compaction returns exactly ``jnp.nonzero(size=capacity,
+    fill_value=n)`` for any size (not a multiple of 32 included), density and capacity
+    (below and above the number of pending elements)."""
+    pending = jax.random.uniform(jax.random.key(size), (size,)) < fraction
+    for capacity in (1, sampling._capacity(size), size + 5):
+        expected = jnp.nonzero(pending, size=capacity, fill_value=size)[0]
+        found = jax.jit(sampling._first_pending, static_argnums=1)(pending, capacity)
+        np.testing.assert_array_equal(np.asarray(found), np.asarray(expected))
 
 
 def test_pending_loop_alone_with_overflowing_compaction():

@@ -78,7 +78,7 @@ def enable_persistent_cache(path: str | os.PathLike | None = None) -> Path | Non
 
 SMALL_MODEL_ELEMENTS = 10_000  # latent elements up to which step programs compile for size
 SMALL_MODEL_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
-LARGE_MODEL_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
+LARGE_MODEL_COMPILER_OPTIONS = {"xla_backend_optimization_level": 3}
 
 
 def step_compiler_options(num_elements: int, backend: str | None = None) -> dict:
@@ -91,9 +91,11 @@ def step_compiler_options(num_elements: int, backend: str | None = None) -> dict
     default procedure's window: pumps 6.0 -> 2.6, rat tumors 9.7 -> 5.3; a one-element
     gamma-Poisson 2.5 -> 1.1). Large models keep XLA's fusion emitters (the older emitters
     made a G-REP step of Olivetti's DEF 2.5 times slower, 48.8 -> 128 ms) with LLVM at
-    ``-O1``: the DEF's step program compiled in 5.5 s instead of 6.2-6.4 (-O3), at the same
-    time per step (18.6-18.7 ms against 18.5-18.9; -O0: 4.2 s and 107 ms). Other backends:
-    none.
+    ``-O3``, which vectorizes the gamma sampler's Threefry rounds (:mod:`grepvi.threefry`,
+    fused with the arithmetic that reads them): the default procedure's window on the
+    Olivetti DEF took 27.4 ms a step against 45.9 at ``-O1`` (38.4 with the sampler's
+    earlier, rolled bits, the same at either level), on MNIST's MF 68.9 ms against 117
+    (91.8), for about 0.9 s more compilation (``-O0``: 107 ms a step). Other backends: none.
 
     Use: ``jax.jit(program, compiler_options=step_compiler_options(n))`` or
     ``lowered.compile(compiler_options=...)``.

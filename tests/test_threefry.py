@@ -1,0 +1,31 @@
+"""grepvi.threefry: the unrolled Threefry gives jax.random.bits bit for bit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grepvi import threefry
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 1000), (2, 5, 9), (2, 4, 25_664)])
+def test_the_bits_are_jax_random_bits(shape):
+    for key in (jax.random.key(3), jax.random.split(jax.random.key(4), 3)[2], jax.random.PRNGKey(5)):
+        found = jax.jit(threefry.bits, static_argnums=1)(key, shape)
+        expected = jax.random.bits(key, shape, jnp.uint32)
+        np.testing.assert_array_equal(np.asarray(found), np.asarray(expected))
+
+
+def test_the_bits_under_vmap_and_fold_in():
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(6))
+    found = jax.vmap(lambda key: threefry.bits(key, (4, 33)))(keys)
+    expected = jax.vmap(lambda key: jax.random.bits(key, (4, 33), jnp.uint32))(keys)
+    np.testing.assert_array_equal(np.asarray(found), np.asarray(expected))
+
+
+def test_other_generators_are_passed_to_jax():
+    key = jax.random.key(0, impl="rbg")
+    assert not threefry.fused(key)
+    np.testing.assert_array_equal(
+        np.asarray(threefry.bits(key, (100,))), np.asarray(jax.random.bits(key, (100,), jnp.uint32))
+    )
