@@ -29,7 +29,7 @@ import numpy as np
 
 from grepvi.errors import ConfigError
 from grepvi.experiments.paper import PAPER  # the paper's numbers live in one place
-from grepvi.experiments.plotting import pyplot
+from grepvi.experiments.plotting import log_time_axis, pyplot
 from grepvi.experiments.run_files import (
     CONFIG_FILE,
     FIGURES_DIR,
@@ -294,7 +294,7 @@ def elbo_figure(runs, path, *, x="wall_time") -> Path | None:
     limits = _robust_ylim(curves)
     if limits is not None:
         ax.set_ylim(*limits)
-    ax.set_xscale("log")
+    log_time_axis(ax)
     ax.set_xlabel("training wall time (s, log scale)" if x == "wall_time" else "iteration")
     ax.set_ylabel("ELBO (nats; median over blocks of iterations)")
     ax.set_title(f"ELBO — {_title(runs[0].model, runs[0].dataset)}")
@@ -316,7 +316,7 @@ def perplexity_figure(runs, path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.0, 4.2), dpi=120)
     curves = _plot_curves(ax, runs, "perplexity")
     values = np.concatenate([c[np.isfinite(c)] for c in curves]) if curves else np.zeros(0)
-    ax.set_xscale("log")
+    log_time_axis(ax)
     if values.size and values.max() / max(values.min(), 1e-9) > 20:
         ax.set_yscale("log")
     ax.set_xlabel("training wall time (s, log scale)")
