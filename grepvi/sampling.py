@@ -85,12 +85,13 @@ comes from one call of the bit generator. Eight proposals for all 1,002 latents 
 (its compilation 0.3 s longer); the default procedure's fit of that model took 10.4 s
 instead of 11.4 (twice: 10.2 against 11.5), fresh process, compilation included.
 
-One draw for every latent of a small model (:func:`with_one_gamma_draw`): a model's gamma,
+One draw for the small latents of a model (:func:`with_one_gamma_draw`): a model's gamma,
 beta and Dirichlet latents each call :func:`log_gamma` (a beta twice), and each call is a
-copy of the sampler in the step's program. Where they total at most ``SMALL_SIZE`` elements
-their requests are gathered and drawn by one call over the concatenated shapes: the same
+copy of the sampler in the step's program. The requests of at most ``GATHERED_SIZE`` (16,384)
+elements each are gathered and drawn by one call over the concatenated shapes: the same
 distribution (each element's draw is its own), one copy of the sampler to compile and one set
-of kernels to run (rat tumours, two betas and a gamma: five copies before).
+of kernels to run (rat tumours, two betas and a gamma: five copies before; the Olivetti DEF's
+four smaller latents: the sampler's compilation 5.8 -> 3.4 s, the same time per step).
 
 References:
   G. Marsaglia and W. W. Tsang, "A simple method for generating gamma variables",
@@ -183,14 +184,20 @@ class _Gathered:
         return self.served[index]
 
     def draw(self, rng_key):
-        """Every recorded request from one call of the sampler per dtype and proposal count."""
+        """Every recorded request: the small ones from one call of the sampler per dtype and
+        proposal count, each larger one from a call of its own."""
         groups = {}
-        for index, (shape, _, num_proposals) in enumerate(self.requests):
-            groups.setdefault((shape.dtype, num_proposals), []).append(index)
+        for index, request in enumerate(self.requests):
+            shape, _, num_proposals = request
+            group = (shape.dtype, num_proposals) if _is_small(request) else ("alone", index)
+            groups.setdefault(group, []).append(index)
         served = [None] * len(self.requests)
-        for key, ((_, num_proposals), indices) in zip(
-            jax.random.split(rng_key, len(groups)), groups.items(), strict=True
-        ):
+        for key, (group, indices) in zip(jax.random.split(rng_key, len(groups)), groups.items(), strict=True):
+            if group[0] == "alone":
+                shape, sample_shape, num_proposals = self.requests[indices[0]]
+                served[indices[0]] = _log_gamma(key, shape, sample_shape, num_proposals)
+                continue
+            num_proposals = group[1]
             flats = [
                 jnp.broadcast_to(self.requests[i][0], self.requests[i][1] + self.requests[i][0].shape).ravel()
                 for i in indices
@@ -208,16 +215,21 @@ _GATHERED = contextvars.ContextVar("grepvi_gathered_log_gammas", default=None)
 
 
 def with_one_gamma_draw(fn, rng_key):
-    """``fn(key)`` with every :func:`log_gamma` call it makes drawn by one call of the sampler.
+    """``fn(key)`` with its small :func:`log_gamma` calls drawn by one call of the sampler.
 
     ``fn`` runs twice: first to record its requests (each answered with zeros; under ``jit``
-    what it computed from them is dead code), then with each request served its slice of one
-    draw over all of them. Draws are as independent as separate calls' (each element is its
-    own). With fewer than two requests, or more than ``SMALL_SIZE`` elements in all (each
-    call of a large model's latents is large already, and one concatenated call made the
-    Olivetti DEF's step 30% slower: 21-26 ms against 29-32), ``fn(rng_key)`` runs as it is.
-    ``fn`` must make the same calls both times (a pure function of its key and closed-over
-    arrays).
+    what it computed from them is dead code), then with each request served its draw. The
+    requests of at most ``GATHERED_SIZE`` (16,384) elements each are concatenated and drawn by
+    one call; larger ones by a call of their own (a concatenation of the Olivetti DEF's
+    463,800 shapes cost XLA 10 ms a step on CPU, its elementwise producers fused into a
+    branchy copy). Draws are as independent as separate calls' (each element is its own).
+    With fewer than two small requests, ``fn(rng_key)`` runs as it is. ``fn`` must make the
+    same calls both times (a pure function of its key and closed-over arrays).
+
+    Each call is a copy of the sampler in the step's program, and each copy costs about 0.3-1
+    s of compilation and a fixed time per step: the demo's DEF (four latents, 1,744 elements)
+    started its first step at 5.1-5.2 s instead of 6.4 and ran 0.56 ms a step instead of
+    0.92-1.03 with its four calls gathered.
     """
     recorder = _Gathered()
     token = _GATHERED.set(recorder)
@@ -225,8 +237,7 @@ def with_one_gamma_draw(fn, rng_key):
         fn(rng_key)
     finally:
         _GATHERED.reset(token)
-    total = sum(math.prod(sample_shape + shape.shape) for shape, sample_shape, _ in recorder.requests)
-    if len(recorder.requests) < 2 or total > SMALL_SIZE:
+    if sum(_is_small(request) for request in recorder.requests) < 2:
         return fn(rng_key)
     gamma_key, key = jax.random.split(rng_key)
     server = _Gathered(recorder.draw(gamma_key))
@@ -238,6 +249,11 @@ def with_one_gamma_draw(fn, rng_key):
     if len(server.requests) != len(server.served):
         raise RuntimeError("with_one_gamma_draw: fn made different log_gamma calls on its second run")
     return out
+
+
+def _is_small(request) -> bool:
+    shape, sample_shape, _ = request
+    return math.prod(sample_shape + shape.shape) <= GATHERED_SIZE
 
 
 def log_gamma_reference(rng_key, shape, sample_shape=()):
@@ -270,6 +286,7 @@ def _resolve_dtype(shape, dtype):
 TINY_SIZE = 256
 SMALL_SIZE = 1024
 SMALL_PROPOSALS = 8
+GATHERED_SIZE = 16_384
 # Random words per call above which the large path's bits come from grepvi.threefry (fused):
 # the step programs of models this large compile with LLVM at -O3, which vectorizes the
 # fused rounds (compilation_cache.LARGE_MODEL_COMPILER_OPTIONS; at -O1 they ran as scalar

@@ -331,10 +331,26 @@ def test_with_one_gamma_draw_refuses_a_function_that_changes_its_calls(counts):
         sampling.with_one_gamma_draw(fn, jax.random.key(0))
 
 
-def test_large_models_are_not_gathered():
-    """Over ``SMALL_SIZE`` elements in all, each call draws as it is (one concatenated call
-    made the Olivetti DEF's step 30% slower): ``with_one_gamma_draw(fn, key)`` is ``fn(key)``."""
-    shapes = (jnp.full((700,), 0.5, jnp.float32), jnp.full((2, 200), 3.0, jnp.float32))
+def _sampler_calls(jaxpr) -> int:
+    """Calls of the jitted sampler (``_log_gamma``) in a jaxpr, nested programs included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("pjit", "jit") and eqn.params.get("name") == "_log_gamma":
+            count += 1
+            continue
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", None)
+            if inner is not None:
+                count += _sampler_calls(getattr(inner, "jaxpr", inner))
+    return count
+
+
+def test_large_requests_are_drawn_alone():
+    """Requests over ``GATHERED_SIZE`` elements each draw as they are (a concatenation of the
+    Olivetti DEF's shapes made its step 30% slower): with no two small requests,
+    ``with_one_gamma_draw(fn, key)`` is ``fn(key)``."""
+    large = sampling.GATHERED_SIZE + 1
+    shapes = (jnp.full((large,), 0.5, jnp.float32), jnp.full((2, large), 3.0, jnp.float32), jnp.ones(3))
 
     def fn(key):
         keys = jax.random.split(key, len(shapes))
@@ -343,3 +359,24 @@ def test_large_models_are_not_gathered():
     key = jax.random.key(3)
     for gathered, plain in zip(sampling.with_one_gamma_draw(fn, key), fn(key), strict=True):
         np.testing.assert_array_equal(np.asarray(gathered), np.asarray(plain))
+
+
+def test_small_requests_beside_large_ones_are_gathered():
+    """The DEF's pattern: two latents over ``GATHERED_SIZE`` elements and four under it make
+    three copies of the sampler (each copy costs compilation), not six; every request keeps
+    its distribution (KS tests against each shape)."""
+    large = sampling.GATHERED_SIZE + 1
+    alphas = (0.1, 0.3, 1.0, 2.5, 0.1, 4.0)
+    sizes = (large, 2_000, 3_000, large, 5_000, 600)
+    shapes = tuple(jnp.full((size,), alpha, jnp.float32) for alpha, size in zip(alphas, sizes, strict=True))
+
+    def fn(key):
+        keys = jax.random.split(key, len(shapes))
+        return [log_gamma(k, a) for k, a in zip(keys, shapes, strict=True)]
+
+    jaxpr = jax.make_jaxpr(lambda key: sampling.with_one_gamma_draw(fn, key))(jax.random.key(0)).jaxpr
+    assert _sampler_calls(jaxpr) == 3
+    assert _sampler_calls(jax.make_jaxpr(fn)(jax.random.key(0)).jaxpr) == 6
+    draws = jax.jit(lambda key: sampling.with_one_gamma_draw(fn, key))(jax.random.key(11))
+    for alpha, log_z in zip(alphas, draws, strict=True):
+        assert _ks_p_value(np.asarray(log_z, np.float64), alpha) > KS_MIN_P_VALUE
