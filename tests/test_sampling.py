@@ -292,17 +292,24 @@ def test_gathered_draws_are_independent_across_requests_and_elements():
     assert np.max(np.abs(off_diagonal)) < 5.0 / np.sqrt(NUM_SAMPLES)
 
 
-def _bit_draws(jaxpr) -> int:
-    """Calls of the bit generator in a jaxpr, nested programs included."""
+def _count_equations(jaxpr, matches) -> int:
+    """Equations of a jaxpr for which ``matches(eqn)`` holds, nested programs included (not
+    inside a matching equation)."""
     count = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name in ("random_bits", "threefry2x32"):
+        if matches(eqn):
             count += 1
+            continue
         for param in eqn.params.values():
             inner = getattr(param, "jaxpr", None)
             if inner is not None:
-                count += _bit_draws(getattr(inner, "jaxpr", inner))
+                count += _count_equations(getattr(inner, "jaxpr", inner), matches)
     return count
+
+
+def _bit_draws(jaxpr) -> int:
+    """Calls of the bit generator in a jaxpr, nested programs included."""
+    return _count_equations(jaxpr, lambda eqn: eqn.primitive.name in ("random_bits", "threefry2x32"))
 
 
 def test_every_latent_is_drawn_by_one_call_of_the_sampler():
@@ -333,16 +340,9 @@ def test_with_one_gamma_draw_refuses_a_function_that_changes_its_calls(counts):
 
 def _sampler_calls(jaxpr) -> int:
     """Calls of the jitted sampler (``_log_gamma``) in a jaxpr, nested programs included."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in ("pjit", "jit") and eqn.params.get("name") == "_log_gamma":
-            count += 1
-            continue
-        for param in eqn.params.values():
-            inner = getattr(param, "jaxpr", None)
-            if inner is not None:
-                count += _sampler_calls(getattr(inner, "jaxpr", inner))
-    return count
+    return _count_equations(
+        jaxpr, lambda eqn: eqn.primitive.name in ("pjit", "jit") and eqn.params.get("name") == "_log_gamma"
+    )
 
 
 def test_large_requests_are_drawn_alone():
