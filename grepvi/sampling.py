@@ -287,11 +287,13 @@ TINY_SIZE = 256
 SMALL_SIZE = 1024
 SMALL_PROPOSALS = 8
 GATHERED_SIZE = 16_384
-# Random words per call above which the large path's bits come from grepvi.threefry (fused):
-# the step programs of models this large compile with LLVM at -O3, which vectorizes the
-# fused rounds (compilation_cache.LARGE_MODEL_COMPILER_OPTIONS; at -O1 they ran as scalar
-# code, and the DEF's step took 45.9 ms instead of 27.4).
-FUSED_BITS_SIZE = 16_384
+# Random words per call above which the bits come from grepvi.threefry (fused): 3 words per
+# element of the large path's first stage, so only arrays of more than 10,000 elements, whose
+# models' step programs compile with LLVM at -O3 (compilation_cache.SMALL_MODEL_ELEMENTS,
+# LARGE_MODEL_COMPILER_OPTIONS), which vectorizes the fused rounds (at -O1 they ran as scalar
+# code, and the DEF's step took 45.9 ms instead of 27.4). The tiny and middle paths' calls
+# (at most 5,120 words) stay below it.
+FUSED_BITS_SIZE = 30_000
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
@@ -326,7 +328,7 @@ def _log_gamma(rng_key, shape, sample_shape, num_proposals):
         key_first, key_pending = jax.random.split(rng_key)
         # Stage 1: one proposal for every element (at least 95% accept), and the boost's
         # uniform, from one call of the bit generator.
-        uniforms = _open_uniform(key_first, (3,) + alpha.shape, alpha.dtype, fused_bits=True)
+        uniforms = _open_uniform(key_first, (3,) + alpha.shape, alpha.dtype)
         log_g = _marsaglia_tsang_from_uniforms(boosted_alpha, uniforms[0], uniforms[1])
         # Stage 2 (and, rarely, more rounds): the pending elements, compacted.
         log_g = _finish_pending(key_pending, boosted_alpha, log_g, is_regular, num_proposals)
@@ -342,7 +344,7 @@ def _marsaglia_tsang(rng_key, alpha, num_proposals):
     The proposals are drawn at once along a new leading axis (normals and uniforms from one
     call of the bit generator); elements where none was accepted are NaN.
     """
-    uniforms = _open_uniform(rng_key, (2, num_proposals) + alpha.shape, alpha.dtype, fused_bits=True)
+    uniforms = _open_uniform(rng_key, (2, num_proposals) + alpha.shape, alpha.dtype)
     return _marsaglia_tsang_from_uniforms(alpha, uniforms[0], uniforms[1])
 
 
@@ -512,7 +514,7 @@ def _finish_pending_once(uniforms, alpha, log_g, pending):
     return jnp.where(jnp.isnan(log_g) & pending, jnp.log(alpha - 1 / 3), log_g)
 
 
-def _open_uniform(rng_key, shape, dtype, fused_bits=False):
+def _open_uniform(rng_key, shape, dtype):
     """Uniform draws on the open interval ``(0, 1)``: ``(k + 1/2) 2^-m`` for ``m`` mantissa
     bits and uniform integer ``k``, so neither 0 nor 1 occurs and ``log u`` is finite.
 
@@ -524,7 +526,7 @@ def _open_uniform(rng_key, shape, dtype, fused_bits=False):
     else:
         bits_dtype, exponent_of_one = jnp.uint64, 0x3FF0000000000000
     mantissa_bits = np.finfo(dtype).nmant
-    if fused_bits and bits_dtype == jnp.uint32 and math.prod(shape) > FUSED_BITS_SIZE:
+    if bits_dtype == jnp.uint32 and math.prod(shape) > FUSED_BITS_SIZE:
         bits = threefry.bits(rng_key, shape)  # the same bits, the rounds fused
     else:
         bits = jax.random.bits(rng_key, shape, bits_dtype)

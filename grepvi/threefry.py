@@ -10,7 +10,7 @@ same rounds unrolled, which XLA fuses into one elementwise loop with the uniform
 the same bits (``tests/test_threefry.py`` checks equality), 4.1 -> 2.0 ms for 1.39 million
 words on two cores (alone; fused with the arithmetic that reads them, less).
 
-Used by :mod:`grepvi.sampling` for calls of more than ``FUSED_BITS_SIZE`` words only: the
+Used by :mod:`grepvi.sampling` for calls of more than ``FUSED_BITS_SIZE`` (30,000) words only: the
 unrolled rounds are about 100 operations for the compiler per call, which a small model's
 step (whose draws cost nothing) would pay in compile time, and they are fast only where LLVM
 vectorizes them (``-O3``, the large models' step programs and JAX's default; at ``-O1`` the
