@@ -4,7 +4,9 @@ An estimator is a pure function ``estimate(rng_key, params, target) -> (grad, in
 returns an estimate of the gradient of the ELBO with respect to the unconstrained
 variational parameters (a pytree like ``params``) and an :class:`EstimateInfo`. Estimators
 that use a different variational family than the user's (ADVI's Gaussians on the
-unconstrained space) say so with ``adapt_families``.
+unconstrained space) say so with ``adapt_families``. An estimator may also carry a state
+from step to step (:class:`CarriedState`: G-REP's running baseline), which the step keeps in
+:class:`grepvi.inference.state.VIState` (checkpointed with the rest of a run).
 """
 
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from grepvi.target import Target
 
 __all__ = [
     "EstimateInfo",
+    "CarriedState",
     "Estimator",
     "register_estimator",
     "get_estimator",
@@ -36,6 +39,25 @@ class EstimateInfo(NamedTuple):
     extras: dict = {}
 
 
+class CarriedState(NamedTuple):
+    """An estimator's state carried from one step to the next (e.g. a control variate's running
+    average), as pure functions:
+
+    * ``init(families) -> state``: before the first step;
+    * ``estimate(rng_key, params, target, state) -> (grad, EstimateInfo, statistics)``: the
+      estimate given the state, and what the draws tell the state (a pytree of floats, which
+      a step that averages several estimates averages too);
+    * ``advance(state, statistics) -> state``: the state for the next step.
+
+    ``estimate`` may use the state only through values that do not depend on the step's own
+    draws, so the estimate stays unbiased whatever the state holds.
+    """
+
+    init: Callable[[dict[str, Family]], Any]
+    estimate: Callable[[Any, dict, Target, Any], tuple[dict, EstimateInfo, Any]]
+    advance: Callable[[Any, Any], Any]
+
+
 class Estimator(NamedTuple):
     """A named gradient estimator.
 
@@ -44,12 +66,17 @@ class Estimator(NamedTuple):
       estimate: ``(rng_key, params, target) -> (grad, EstimateInfo)``; ``grad`` ascends the ELBO.
       adapt_families: maps the user's families to the ones this estimator optimizes.
       options: the keyword options it was built with (for logs and config files).
+      carried: the estimate given a state carried between steps (:class:`CarriedState`), or
+        None. The plain step uses it where its state holds one (``grepvi.inference.state.init``
+        with the estimator); ``estimate`` is the same estimator without a history (minibatch
+        and data-parallel steps, diagnostics).
     """
 
     name: str
     estimate: Callable[[Any, dict, Target], tuple[dict, EstimateInfo]]
     adapt_families: Callable[[dict[str, Family]], dict[str, Family]] = lambda families: families
     options: dict = {}
+    carried: CarriedState | None = None
 
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {}

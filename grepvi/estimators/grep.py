@@ -25,12 +25,26 @@ score term has mean zero) and whose noise cancels the model's where ``q`` matche
 posterior: for a Gaussian posterior in the family every draw's gradient is zero at the
 optimum, and for a near-Gaussian one (a regression on many rows) the averaged iterate's Monte
 Carlo error falls by a large factor (:func:`path_entropy_correction`).
+
+The correction's control variate (the baseline ``b_i`` subtracted from ``f_i``) is by default
+``f_i`` at the variational means plus a running average, over the past steps' draws, of how far
+the draws' ``f_i`` lay from it (:class:`RunningBaseline`, carried by the step): an estimate of
+``E_q[f_i]``, the constant that minimizes the term's variance to first order. The value at the
+means alone (:func:`baseline_log_joints`, the stateless estimate's baseline) follows ``q`` at
+once but is far from ``E_q[f_i]`` for small gamma shapes, whose mean lies in the tail; that
+offset changes slowly, so its running average does not lag where a running average of ``f_i``
+itself does (tried: on the Olivetti DEF it made each Adam step worth less, ELBO -6.97e6 against
+-6.62e6 after 1,500 steps).
 """
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from grepvi.errors import ConfigError
 from grepvi.estimators.base import (
+    CarriedState,
     EstimateInfo,
     Estimator,
     register_estimator,
@@ -47,9 +61,17 @@ __all__ = [
     "grep_surrogate",
     "path_entropy_correction",
     "baseline_log_joints",
+    "RunningBaseline",
+    "BASELINE_DECAY",
+    "init_running_baseline",
+    "advance_running_baseline",
+    "running_offsets",
     "average_gradient_variance",
     "multi_sample",
+    "multi_sample_carried",
 ]
+
+BASELINE_DECAY = 0.9  # the running baseline's weight on the past: about the last 10 steps
 
 
 def baseline_log_joints(params, target: Target) -> dict:
@@ -66,6 +88,59 @@ def baseline_log_joints(params, target: Target) -> dict:
         total = target.logdensity_fn(means)
         return {name: jnp.broadcast_to(total, family.batch_shape) for name, family in target.families.items()}
     return target.local_logdensity_fn(means)
+
+
+class RunningBaseline(NamedTuple):
+    """Each latent element's running averages of ``d_i = f_i(z) - f_i(E_q[z])`` (its local log
+    joint at a draw less its value at the means) and of ``d_i^2`` over the draws of the past
+    steps, started at 0::
+
+        offset_t = decay offset_{t-1} + (1 - decay) d^(t)
+        square_t = decay square_{t-1} + (1 - decay) (d^(t))^2
+
+    The baseline is ``f_i(E_q[z]) + lambda_i offset_i``, with the offset shrunk by its own
+    noise, ``lambda = offset^2 / (offset^2 + v (1 - decay) / (1 + decay))`` where ``v =
+    square - offset^2`` is the draws' variance about it (:func:`running_offsets`): the value at
+    the means alone where the offset is not known better than its noise (a large gamma shape,
+    whose mean is a typical draw; ``q`` moving faster than the average follows, which widens
+    ``v``), the running offset where it stands out (a small gamma shape, whose mean lies in the
+    tail). An element's non-finite ``d_i`` leaves its averages as they were.
+    """
+
+    offset: dict
+    square: dict
+
+
+def init_running_baseline(families: dict) -> RunningBaseline:
+    """The baseline before the first step: no offset."""
+    zeros = {name: jnp.zeros(family.batch_shape, jnp.float32) for name, family in families.items()}
+    return RunningBaseline(zeros, dict(zeros))
+
+
+def running_offsets(state: RunningBaseline, decay: float = BASELINE_DECAY) -> dict:
+    """``lambda_i offset_i``, each running offset shrunk by its noise (:class:`RunningBaseline`)."""
+    shrunk = {}
+    for name, offset in state.offset.items():
+        variance = jnp.maximum(state.square[name] - offset**2, 0.0)
+        noise = variance * ((1.0 - decay) / (1.0 + decay))
+        signal = offset**2
+        shrunk[name] = jnp.where(signal > 0, offset * signal / jnp.maximum(signal + noise, 1e-30), 0.0)
+    return shrunk
+
+
+def advance_running_baseline(
+    state: RunningBaseline, offsets: dict, decay: float = BASELINE_DECAY
+) -> RunningBaseline:
+    """The baseline after a step whose draws' offsets ``f_i(z) - f_i(E_q[z])`` averaged
+    ``offsets``."""
+    offset, square = {}, {}
+    for name, value in offsets.items():
+        old, old_square = state.offset[name], state.square[name]
+        value = jnp.asarray(value, old.dtype)
+        finite = jnp.isfinite(value)
+        offset[name] = jnp.where(finite, decay * old + (1.0 - decay) * value, old)
+        square[name] = jnp.where(finite, decay * old_square + (1.0 - decay) * value**2, old_square)
+    return RunningBaseline(offset, square)
 
 
 def path_entropy_correction(params, eps, families: dict):
@@ -107,10 +182,17 @@ def grep_surrogate(
     """Surrogate whose gradient is one G-REP sample and whose value is the ELBO estimate.
 
     ``baseline``: per-element values subtracted from the local log joints in ``g_corr``
-    (:func:`baseline_log_joints`; unbiased for any value that does not depend on ``eps``).
+    (:func:`baseline_log_joints`, :class:`RunningBaseline`; unbiased for any value that does not
+    depend on ``eps``; a non-finite value: no baseline for that element).
     ``sticking_the_landing``: the Gaussian-based families' entropy gradient by its path
     derivative (:func:`path_entropy_correction`).
     """
+    value, (elbo, _) = _surrogate_and_local(params, eps, target, baseline, sticking_the_landing)
+    return value, elbo
+
+
+def _surrogate_and_local(params, eps, target: Target, baseline, sticking_the_landing):
+    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` beside the ELBO."""
     families = target.families
     latents = transform_all(params, eps, families, target.log_space)
     log_joint = target.logdensity_fn(latents)
@@ -130,7 +212,7 @@ def grep_surrogate(
     if sticking_the_landing:
         correction = correction + path_entropy_correction(params, eps, families)
     elbo = log_joint + total_entropy(params, families)
-    return elbo + correction - jax.lax.stop_gradient(correction), elbo
+    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local)
 
 
 def average_gradient_variance(per_sample_grads):
@@ -145,6 +227,14 @@ def average_gradient_variance(per_sample_grads):
     return total / count
 
 
+def _mean_of_draws(grads, info, compute_variance: bool):
+    mean_grad = jax.tree_util.tree_map(lambda g: jnp.mean(g, 0), grads)
+    extras = {key: jnp.mean(value, 0) for key, value in info.extras.items()}
+    if compute_variance:
+        extras["gradient_variance"] = average_gradient_variance(grads)
+    return mean_grad, EstimateInfo(elbo=jnp.mean(info.elbo), extras=extras)
+
+
 def multi_sample(single, num_samples: int, compute_variance: bool):
     """Averages a one-draw estimator over ``num_samples`` independent draws."""
 
@@ -153,49 +243,100 @@ def multi_sample(single, num_samples: int, compute_variance: bool):
             return single(rng_key, params, target)
         keys = jax.random.split(rng_key, num_samples)
         grads, info = jax.vmap(single, in_axes=(0, None, None))(keys, params, target)
-        mean_grad = jax.tree_util.tree_map(lambda g: jnp.mean(g, 0), grads)
-        extras = {key: jnp.mean(value, 0) for key, value in info.extras.items()}
-        if compute_variance and num_samples > 1:
-            extras["gradient_variance"] = average_gradient_variance(grads)
-        return mean_grad, EstimateInfo(elbo=jnp.mean(info.elbo), extras=extras)
+        return _mean_of_draws(grads, info, compute_variance and num_samples > 1)
 
     return estimate
+
+
+def multi_sample_carried(single, num_samples: int, compute_variance: bool):
+    """:func:`multi_sample` of a carried estimate ``single(rng_key, params, target, state) ->
+    (grad, info, statistics)`` (:class:`~grepvi.estimators.base.CarriedState`): the same state
+    for every draw, the draws' statistics averaged."""
+
+    def estimate(rng_key, params, target, state):
+        if num_samples == 1 and not compute_variance:
+            return single(rng_key, params, target, state)
+        keys = jax.random.split(rng_key, num_samples)
+        grads, info, statistics = jax.vmap(single, in_axes=(0, None, None, None))(keys, params, target, state)
+        grad, info = _mean_of_draws(grads, info, compute_variance and num_samples > 1)
+        return grad, info, jax.tree_util.tree_map(lambda s: jnp.mean(s, 0), statistics)
+
+    return estimate
+
+
+BASELINES = ("running", "means", "none")
 
 
 @register_estimator("grep")
 def grep(
     num_samples: int = 1,
     compute_variance: bool = False,
-    baseline: bool = True,
+    baseline: bool | str = True,
     sticking_the_landing: bool = True,
 ) -> Estimator:
     """G-REP by autodiff of the surrogate above, averaged over ``num_samples`` draws.
 
-    ``baseline``: subtract :func:`baseline_log_joints` in ``g_corr`` (unbiased; default on).
+    ``baseline``: the control variate subtracted from ``f_i`` in ``g_corr`` (unbiased for each):
+
+    * ``"running"`` (default, ``True``): ``f_i`` at the variational means plus the running
+      average of the draws' offsets from it, shrunk by its noise (:class:`RunningBaseline`),
+      carried by the step (``Estimator.carried``); where the step carries no state (minibatch
+      and data-parallel steps, diagnostics), the means' value alone. Adam at 0.1, one draw a
+      step, the same start, one process: the Olivetti DEF's window-median ELBO after 1,500
+      steps -6.46e6 against -6.62e6 with the means' value (behind by up to 1.5% over the first
+      300 steps, ahead from 400 on), MNIST's MF after 700 steps -7.27e5 against -8.11e5 (ahead
+      from the first window); a step costs ~4% more (the averages' updates). On the textbook
+      models the same steps or fewer (pumps 3,450 -> 3,350, 50 documents' Dirichlet counts
+      3,750 -> 3,550, the horseshoe 4,250 -> 3,250). Unshrunk, the running offset lagged the
+      natural gradient's early steps and lost it the trial on the horseshoe (200,000 Adam
+      steps, 41 s, against 10 s);
+    * ``"means"``: ``f_i`` at the variational means (:func:`baseline_log_joints`) always;
+    * ``"none"`` (``False``): no baseline, the paper's plain estimator.
+
     ``sticking_the_landing``: the Gaussian-based families' entropy gradient by its path
     derivative (Roeder et al. 2017; unbiased; default on). ``baseline=False,
     sticking_the_landing=False`` is the paper's plain estimator.
     """
     num_samples = positive_int(num_samples, "num_samples")
     stl = bool(sticking_the_landing)
+    kind = ("running" if baseline else "none") if isinstance(baseline, bool) else baseline
+    if kind not in BASELINES:
+        raise ConfigError(f"baseline: expected True, False or one of {BASELINES}, got {baseline!r}")
 
     def single(rng_key, params, target, baseline_values=None):
         eps = sample_standardized(rng_key, params, target.families)
-        grad, elbo = jax.grad(grep_surrogate, has_aux=True)(params, eps, target, baseline_values, stl)
-        return grad, EstimateInfo(elbo=elbo, extras={})
+        grad, (elbo, local) = jax.grad(_surrogate_and_local, has_aux=True)(
+            params, eps, target, baseline_values, stl
+        )
+        return grad, EstimateInfo(elbo=elbo, extras={}), local
 
     def estimate(rng_key, params, target):
-        values = baseline_log_joints(params, target) if baseline else None
-        draw = lambda key, p, t: single(key, p, t, values)
+        values = baseline_log_joints(params, target) if kind != "none" else None
+        draw = lambda key, p, t: single(key, p, t, values)[:2]
         return multi_sample(draw, num_samples, compute_variance)(rng_key, params, target)
 
+    def carried_draw(rng_key, params, target, state):
+        at_means = baseline_log_joints(params, target)
+        offsets = running_offsets(state)
+        values = {name: at_means[name] + offsets[name] for name in at_means}
+        grad, info, local = single(rng_key, params, target, values)
+        return grad, info, {name: local[name] - at_means[name] for name in local}
+
+    carried = None
+    if kind == "running":
+        carried = CarriedState(
+            init=init_running_baseline,
+            estimate=multi_sample_carried(carried_draw, num_samples, compute_variance),
+            advance=advance_running_baseline,
+        )
     return Estimator(
         name="grep",
         estimate=estimate,
         options={
             "num_samples": num_samples,
             "compute_variance": compute_variance,
-            "baseline": bool(baseline),
+            "baseline": kind,
             "sticking_the_landing": stl,
         },
+        carried=carried,
     )

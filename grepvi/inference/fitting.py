@@ -185,10 +185,18 @@ def _batch_repeats(model, families: dict, estimator: Estimator, draws: int, batc
 
 
 def average_estimates(estimator: Estimator, count: int) -> Estimator:
-    """``estimator`` averaged over ``count`` independent calls (itself when ``count == 1``)."""
-    from grepvi.estimators.grep import multi_sample
+    """``estimator`` averaged over ``count`` independent calls (itself when ``count == 1``), its
+    carried estimate too."""
+    from grepvi.estimators.grep import multi_sample, multi_sample_carried
 
-    return estimator._replace(estimate=multi_sample(estimator.estimate, count, compute_variance=False))
+    carried = estimator.carried
+    if carried is not None:
+        carried = carried._replace(
+            estimate=multi_sample_carried(carried.estimate, count, compute_variance=False)
+        )
+    return estimator._replace(
+        estimate=multi_sample(estimator.estimate, count, compute_variance=False), carried=carried
+    )
 
 
 class Setup(NamedTuple):
@@ -370,7 +378,7 @@ def _step_and_state(
         return new_state, with_clipped(info, new_state.opt_state)
 
     if initial is None:
-        initial = init(key, target, optimizer, init_params)
+        initial = init(key, target, optimizer, init_params, estimator=stepper)
     return step_fn, initial, None, data, widened_step_fn
 
 

@@ -46,6 +46,9 @@ class VIState(NamedTuple):
     rng_key: jax.Array
     iteration: jax.Array
     num_skipped: jax.Array  # steps whose gradient was non-finite and were skipped
+    # what the estimator carries between steps (``Estimator.carried``: G-REP's running
+    # baseline), None for an estimator without one or a state made without the estimator
+    estimator_state: Any = None
 
 
 class StepInfo(NamedTuple):
@@ -238,20 +241,26 @@ def keep_if(ok, new, old):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
 
 
-def init(rng_key, target: Target, optimizer, init_params: dict | None = None) -> VIState:
-    """Initial state: parameters from each family (or ``init_params``) and optimizer state
-    (one compiled program: eagerly, ~20 small programs compile one by one)."""
+def init(
+    rng_key, target: Target, optimizer, init_params: dict | None = None, estimator: Estimator | None = None
+) -> VIState:
+    """Initial state: parameters from each family (or ``init_params``), optimizer state, and
+    the state ``estimator`` carries between steps where it has one (``Estimator.carried``;
+    without ``estimator`` the step uses its stateless estimate). One compiled program (eagerly,
+    ~20 small programs compile one by one)."""
     if init_params is not None:
         init_params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    carried = None if estimator is None else estimator.carried
     if _traced(rng_key, init_params):  # inside a caller's jit or vmap: part of its program
-        return _init(rng_key, target, optimizer, init_params)
+        return _init(rng_key, target, optimizer, init_params, carried)
     program = jax.jit(
-        lambda key, given: _init(key, target, optimizer, given), compiler_options=once_compiler_options()
+        lambda key, given: _init(key, target, optimizer, given, carried),
+        compiler_options=once_compiler_options(),
     )
     return program(rng_key, init_params)
 
 
-def _init(rng_key, target: Target, optimizer, init_params: dict | None = None) -> VIState:
+def _init(rng_key, target: Target, optimizer, init_params: dict | None = None, carried=None) -> VIState:
     init_key, run_key = jax.random.split(rng_key)
     params = initial_params(init_key, target.families, init_params)
     return VIState(
@@ -260,6 +269,7 @@ def _init(rng_key, target: Target, optimizer, init_params: dict | None = None) -
         rng_key=run_key,
         iteration=jnp.zeros([], jnp.int32),
         num_skipped=jnp.zeros([], jnp.int32),
+        estimator_state=None if carried is None else carried.init(target.families),
     )
 
 
@@ -356,12 +366,20 @@ def step(
 
     A gradient with any non-finite component is not applied (the parameters and optimizer
     state stay as they were); ``StepInfo.nonfinite_latents`` says which latent had it, and
-    ``VIState.num_skipped`` counts such steps.
+    ``VIState.num_skipped`` counts such steps. Where the state holds what the estimator
+    carries (``VIState.estimator_state``), the estimate is ``estimator.carried``'s and that
+    state advances by the step's draws (a skipped step's draws too: they are draws of ``q``).
     """
     target = bind_data(target, data)
     rng_key, key = jax.random.split(state.rng_key)
-    estimate = estimator.estimate if repeats is None else repeated_estimate(estimator.estimate, repeats)
-    grad, info = estimate(key, state.params, target)
+    carried = estimator.carried if state.estimator_state is not None else None
+    if carried is None:
+        estimate = estimator.estimate
+    else:  # the estimate given what the estimator carried from the last step
+        estimate = lambda k, p, t: carried.estimate(k, p, t, state.estimator_state)  # noqa: E731
+    if repeats is not None:
+        estimate = repeated_estimate(estimate, repeats)
+    grad, info, *statistics = estimate(key, state.params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
     names = sorted(target.families)
     nonfinite = jnp.stack(
@@ -382,5 +400,10 @@ def step(
         rng_key=rng_key,
         iteration=state.iteration + 1,
         num_skipped=state.num_skipped + jnp.logical_not(ok).astype(jnp.int32),
+        estimator_state=(
+            state.estimator_state
+            if carried is None
+            else carried.advance(state.estimator_state, statistics[0])
+        ),
     )
     return new_state, StepInfo(info.elbo, ok, nonfinite, dict(info.extras))
