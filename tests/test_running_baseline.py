@@ -23,6 +23,7 @@ import pytest
 from grepvi import numerics, testing
 from grepvi.errors import ConfigError
 from grepvi.estimators import get_estimator
+from grepvi.estimators.base import sample_standardized, transform_all
 from grepvi.target import Target
 
 grep_module = importlib.import_module("grepvi.estimators.grep")  # the package exports grep()
@@ -112,8 +113,8 @@ def test_the_check_rejects_a_baseline_that_reads_the_draw():
     target = _target(model)
 
     def one(key):
-        eps = grep_module.sample_standardized(key, params, target.families)
-        latents = grep_module.transform_all(params, eps, target.families, target.log_space)
+        eps = sample_standardized(key, params, target.families)
+        latents = transform_all(params, eps, target.families, target.log_space)
         own = target.local_logdensity_fn(latents)  # depends on this draw: not a control variate
         grad, _ = jax.grad(grep_module.grep_surrogate, has_aux=True)(params, eps, target, own)
         return _flat(grad)
