@@ -89,6 +89,7 @@ def run_grepvi(model_name, x, budget, seed):
         "trial_elbos": {k: float(v) for k, v in dict(convergence.trial_elbos).items()},
         "reason": convergence.reason,
         "stages": int(convergence.num_stages),
+        "climbs": int(convergence.climbs),
     }
     return ("grepvi", result), record
 

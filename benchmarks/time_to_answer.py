@@ -70,6 +70,7 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
         record["time"] = time.perf_counter() - start
         record["converged"] = bool(result.converged)
         record["iterations"] = int(result.convergence.num_iterations)
+        record["climbs"] = int(result.convergence.climbs)
         record["warnings"] = sorted({type(w.message).__name__ for w in caught})
         answer = ("grepvi", result)
     elif contender == "svi":

@@ -474,7 +474,8 @@ def test_a_run_stopped_before_its_second_stage_says_its_accuracy_is_unknown():
     was reported as the accuracy: rat tumours stopped so at 5 s said 0.020 sd and was 0.064
     sd from the converged answer); stopped in the second stage it is the Monte Carlo error
     with the bias estimated from the change between the stages, and the converged answer
-    lies within it."""
+    lies within it (its first stage's average restarts once while its ELBO still climbs, and
+    the second stage averages from step 3,150)."""
     model = gamma_poisson(shape=(50,))
     fit = lambda steps=None: grepvi.fit(  # noqa: E731
         model.logdensity_fn, model.families, num_steps=steps, progress=False, seed=0
@@ -485,7 +486,7 @@ def test_a_run_stopped_before_its_second_stage_says_its_accuracy_is_unknown():
     record = first.convergence
     assert math.isnan(record.accuracy) and 0.0 < record.monte_carlo_error < 0.1, record
     with pytest.warns(NotConvergedWarning):
-        second = fit(3100)
+        second = fit(4050)
     record = second.convergence
     assert int(second.run_state.controller.stage) == 1 and not record.converged
     assert record.monte_carlo_error < record.accuracy < 0.05, record
