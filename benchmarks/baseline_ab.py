@@ -9,6 +9,7 @@ end the milliseconds a step::
 
     python benchmarks/baseline_ab.py --model def --steps 1500
     python benchmarks/baseline_ab.py --model mf --steps 800
+    python benchmarks/baseline_ab.py --model mf --steps 2000 --batch-size 500   # minibatch VI
 
 (``GREPVI_DATA_DIR`` names the folder with Olivetti and MNIST.)
 """
@@ -28,6 +29,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--rule", default="adam-0.1")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, help="minibatch VI over the rows (default: the full data)")
     parser.add_argument("--data-dir", default=os.environ.get("GREPVI_DATA_DIR"))
     args = parser.parse_args(argv)
 
@@ -48,7 +50,14 @@ def main(argv=None):
         target = model.target()
         target = target._replace(families=estimator.adapt_families(target.families))
         prepared = fitting.setup(
-            target, estimator, data=data, time_budget=1e9, model=model, check=False, seed=args.seed
+            target,
+            estimator,
+            data=data,
+            time_budget=1e9,
+            model=model,
+            check=False,
+            seed=args.seed,
+            batch_size=args.batch_size,
         )
         labels = [c.label for c in prepared.plan.candidates]
         candidate = prepared.plan.candidates[labels.index(args.rule)]
@@ -57,7 +66,10 @@ def main(argv=None):
         runs[label] = {"window": prepared.window, "state": state, "seconds": 0.0, "median": np.nan}
     length = next(iter(runs.values()))["window"].length
     rounds = max(1, args.steps // length)
-    print(f"{args.model}, {args.rule}, window-median ELBO after each tenth of {rounds * length} steps")
+    batches = f", batches of {args.batch_size} rows" if args.batch_size else ""
+    print(
+        f"{args.model}, {args.rule}{batches}, window-median ELBO after each tenth of {rounds * length} steps"
+    )
     for r in range(rounds):
         for run in runs.values():
             start = time.perf_counter()

@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["TextbookModel", "MODELS", "mendel_log_evidence"]
+__all__ = ["TextbookModel", "MODELS", "LARGER_MODELS", "ALL_MODELS", "mendel_log_evidence"]
 
 PUMP_FAILURES = np.array([5, 1, 5, 14, 3, 19, 1, 1, 4, 22], np.float32)
 PUMP_TIMES = np.array([94.3, 15.7, 62.9, 126.0, 5.24, 31.4, 1.05, 1.05, 2.1, 10.5], np.float32)
@@ -265,6 +265,35 @@ def simulated_counts(num_documents=50, num_words=6, seed=0):
     return (np.stack([rng.multinomial(n[d], p[d]) for d in range(num_documents)]).astype(np.float32),)
 
 
+def hierarchical_logistic(x, group, y, num_groups):
+    """Varying-intercept logistic regression (Gelman & Hill 2007, ch. 14), non-centred:
+    ``mu ~ Normal(0, 2)``, ``sigma ~ HalfNormal(1)``, ``a_g ~ Normal(0, 1)``, ``w ~ Normal(0,
+    1)``, ``y ~ Bernoulli(logit = mu + sigma a_group + x w)``."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("group", num_groups):
+        a = numpyro.sample("a", dist.Normal(0.0, 1.0))
+    with numpyro.plate("feature", x.shape[1]):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0))
+    with numpyro.plate("row", x.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=mu + sigma * a[group] + x @ w), obs=y)
+
+
+def simulated_grouped_rows(num_rows=10_000, num_groups=200, num_features=10, seed=0):
+    """``(x, group, y)`` of :func:`hierarchical_logistic`: intercepts ~ Normal(-0.5, 0.8^2),
+    weights ~ Normal(0, 0.5^2)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_rows, num_features)).astype(np.float32)
+    group = rng.integers(0, num_groups, num_rows).astype(np.int32)
+    a = rng.normal(-0.5, 0.8, num_groups)
+    w = rng.normal(size=num_features) * 0.5
+    y = (rng.random(num_rows) < 1 / (1 + np.exp(-(a[group] + x @ w)))).astype(np.float32)
+    return x, group, y
+
+
 class TextbookModel(NamedTuple):
     name: str
     model: Any
@@ -326,5 +355,23 @@ MODELS = {
         "gamma-Dirichlet-multinomial hierarchy, 50 x 6 (simulated)",
     ),
 }
+
+# Larger versions of the kinds above (not in the default run of the benchmarks): how the
+# defaults scale against SVI and NUTS where the latents number in the thousands.
+LARGER_MODELS = {
+    "claims_10k": TextbookModel(
+        "claims_10k",
+        pumps,
+        simulated_claims(num_groups=10_000),
+        "gamma-Poisson hierarchy, 10,000 groups (simulated)",
+    ),
+    "hierarchical_logistic": TextbookModel(
+        "hierarchical_logistic",
+        lambda x, group, y: hierarchical_logistic(x, group, y, 200),
+        simulated_grouped_rows(),
+        "varying-intercept logistic regression, 10,000 rows, 200 groups x 10 features (simulated)",
+    ),
+}
+ALL_MODELS = {**MODELS, **LARGER_MODELS}
 
 assert RAT_TUMORS.size == RAT_GROUP_SIZES.size == 71 and RAT_TUMORS[-1] == 4 and RAT_GROUP_SIZES[-1] == 14

@@ -453,7 +453,8 @@ def _minibatch_step(model, target, estimator, optimizer, batch_size, key, init_p
 
         return step_fn
 
-    return step_fn_of(False), minibatch.init(key, problem, optimizer, init_params), step_fn_of(True)
+    initial = minibatch.init(key, problem, optimizer, init_params, estimator=estimator)
+    return step_fn_of(False), initial, step_fn_of(True)
 
 
 def fit(

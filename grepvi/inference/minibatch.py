@@ -70,6 +70,8 @@ __all__ = [
     "batch_params",
     "init",
     "step",
+    "gather_rows",
+    "scatter_rows",
     "minibatch_fit_steps",
 ]
 
@@ -120,6 +122,9 @@ class MinibatchState(NamedTuple):
     rng_key: jax.Array
     iteration: jax.Array
     num_skipped: jax.Array
+    # what the estimator carries between steps (``Estimator.carried``), full size: a batch
+    # gathers its locals' rows and scatters them back, as it does the local parameters
+    estimator_state: Any = None
 
 
 class MinibatchInfo(NamedTuple):
@@ -289,9 +294,18 @@ def batch_params(problem: MinibatchProblem, params: dict, indices) -> dict:
     }
 
 
-def init(rng_key, problem: MinibatchProblem, optimizer, init_params: dict | None = None) -> MinibatchState:
+def init(
+    rng_key,
+    problem: MinibatchProblem,
+    optimizer,
+    init_params: dict | None = None,
+    estimator: Estimator | None = None,
+) -> MinibatchState:
+    """The state before the first step; with ``estimator``, the state it carries between steps
+    where it has one (``Estimator.carried``: G-REP's running baseline), for every row."""
     init_key, run_key = jax.random.split(rng_key)
     params = initial_params(init_key, problem.families, init_params)
+    carried = None if estimator is None else estimator.carried
     return MinibatchState(
         params=params,
         global_opt_state=optimizer.init({n: params[n] for n in problem.global_latent_names}),
@@ -299,7 +313,33 @@ def init(rng_key, problem: MinibatchProblem, optimizer, init_params: dict | None
         rng_key=run_key,
         iteration=jnp.zeros([], jnp.int32),
         num_skipped=jnp.zeros([], jnp.int32),
+        estimator_state=None if carried is None else carried.init(problem.families),
     )
+
+
+def _is_local(path, local_names) -> bool:
+    return any(isinstance(key, jax.tree_util.DictKey) and key.key in local_names for key in path)
+
+
+def gather_rows(tree, local_names, indices):
+    """Rows ``indices`` of every leaf of ``tree`` under a key in ``local_names`` (an
+    estimator's carried state, keyed by latent as the parameters are); the others as they are."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: leaf[indices] if _is_local(path, local_names) and jnp.ndim(leaf) >= 1 else leaf,
+        tree,
+    )
+
+
+def scatter_rows(tree, rows, local_names, indices):
+    """``tree`` with rows ``indices`` of its local leaves set from ``rows`` (a tree of
+    :func:`gather_rows`' shapes) and its other leaves replaced by ``rows``'."""
+
+    def put(path, old, new):
+        if _is_local(path, local_names) and jnp.ndim(old) >= 1:
+            return old.at[indices].set(new)
+        return new
+
+    return jax.tree_util.tree_map_with_path(put, tree, rows)
 
 
 def step(
@@ -332,14 +372,15 @@ def step(
     rng_key, key_batch, key_estimate = jax.random.split(state.rng_key, 3)
     data = problem.data if data is None else data
     batch = widened_target(batch_target(problem)) if widened else batch_target(problem)
-    one = _OneBatch(problem, batch, estimator, optimizer, data, state.iteration >= 0)
+    carried = estimator.carried if state.estimator_state is not None else None
+    one = _OneBatch(problem, batch, estimator, optimizer, data, state.iteration >= 0, carried)
     if repeats is None or indices is not None:
         if indices is None:
             indices = draw_rows(key_batch, problem.num_observations, problem.batch_size)
-        out = one(state.params, state.local_opt_state, indices, key_estimate)
+        out = one(state.params, state.local_opt_state, indices, key_estimate, state.estimator_state)
     else:
         out = _repeated_batches(one, state, key_batch, key_estimate, repeats)
-    params, local_opt, global_grad, elbo, ok, indices = out
+    params, local_opt, global_grad, elbo, ok, indices, estimator_state = out
 
     global_params = {n: state.params[n] for n in problem.global_latent_names}
     updates, global_opt = optimizer.update(
@@ -355,13 +396,15 @@ def step(
         rng_key=rng_key,
         iteration=state.iteration + 1,
         num_skipped=state.num_skipped + jnp.logical_not(ok).astype(jnp.int32),
+        estimator_state=estimator_state,  # advanced by a skipped step's draws too, as in state.step
     )
     return new_state, MinibatchInfo(elbo, ok, indices)
 
 
 class _OneBatch(NamedTuple):
     """One batch's estimate, and its locals' update: ``(params with the batch's locals
-    updated, local optimizer state, the globals' gradient, ELBO estimate, finite, rows)``."""
+    updated, local optimizer state, the globals' gradient, ELBO estimate, finite, rows,
+    carried estimator state)``."""
 
     problem: MinibatchProblem
     batch: Target
@@ -369,12 +412,20 @@ class _OneBatch(NamedTuple):
     optimizer: Any
     data: Any
     always: Any  # a runtime True (materialize_gradient's predicate)
+    carried: Any = None  # the estimator's CarriedState, where the state holds one
 
-    def __call__(self, params, local_opt_state, indices, key):
+    def __call__(self, params, local_opt_state, indices, key, estimator_state=None):
         problem = self.problem
         target = bind_data(self.batch, batch_data(problem, self.data, indices))
         batch = batch_params(problem, params, indices)
-        grad, info = self.estimator.estimate(key, batch, target)
+        if self.carried is None:
+            grad, info = self.estimator.estimate(key, batch, target)
+        else:  # the batch's rows of the carried state, advanced by its draws and put back
+            local_names = problem.local_latent_names
+            rows = gather_rows(estimator_state, local_names, indices)
+            grad, info, statistics = self.carried.estimate(key, batch, target, rows)
+            rows = self.carried.advance(rows, statistics)
+            estimator_state = scatter_rows(estimator_state, rows, local_names, indices)
         grad = materialize_gradient(grad, self.always)
         global_grad = {n: grad[n] for n in problem.global_latent_names}
         local_grad = {
@@ -395,7 +446,7 @@ class _OneBatch(NamedTuple):
             for n in problem.local_latent_names
         }
         ok = jnp.logical_and(all_finite(grad), all_finite(new_batch_locals))
-        return {**params, **new_locals}, local_opt, global_grad, info.elbo, ok, indices
+        return {**params, **new_locals}, local_opt, global_grad, info.elbo, ok, indices, estimator_state
 
 
 def _repeated_batches(one: _OneBatch, state: MinibatchState, key_batch, key_estimate, repeats):
@@ -404,30 +455,31 @@ def _repeated_batches(one: _OneBatch, state: MinibatchState, key_batch, key_esti
     are averaged; finite only if every batch was. The rows returned are the first batch's."""
     problem = one.problem
 
-    def run(i, params, local_opt, key_batch, key_estimate):
+    def run(i, params, local_opt, key_batch, key_estimate, carried):
         rows = draw_rows(repeat_key(key_batch, i), problem.num_observations, problem.batch_size)
-        return one(params, local_opt, rows, repeat_key(key_estimate, i))
+        return one(params, local_opt, rows, repeat_key(key_estimate, i), carried)
 
-    start = (jnp.int32(0), state.params, state.local_opt_state, key_batch, key_estimate)
+    carried = state.estimator_state
+    start = (jnp.int32(0), state.params, state.local_opt_state, key_batch, key_estimate, carried)
     one_run, shapes = traced_once(run, *start)
-    zeros = jax.tree_util.tree_map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), shapes[2:])
+    zeros = jax.tree_util.tree_map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), shapes[2:6])
 
     def body(i, carry):
-        params, local_opt, total, elbo, ok, rows = carry
-        params, local_opt, grad, batch_elbo, batch_ok, batch_rows = one_run(
-            i, params, local_opt, key_batch, key_estimate
+        params, local_opt, total, elbo, ok, rows, carried = carry
+        params, local_opt, grad, batch_elbo, batch_ok, batch_rows, carried = one_run(
+            i, params, local_opt, key_batch, key_estimate, carried
         )
         total = jax.tree_util.tree_map(jnp.add, total, grad)
         rows = jnp.where(i == 0, batch_rows, rows)
-        return params, local_opt, total, elbo + batch_elbo, jnp.logical_and(ok, batch_ok), rows
+        return params, local_opt, total, elbo + batch_elbo, jnp.logical_and(ok, batch_ok), rows, carried
 
-    carry = (state.params, state.local_opt_state, zeros[0], zeros[1], jnp.asarray(True), zeros[3])
-    params, local_opt, total, elbo, ok, rows = jax.lax.fori_loop(
+    carry = (state.params, state.local_opt_state, zeros[0], zeros[1], jnp.asarray(True), zeros[3], carried)
+    params, local_opt, total, elbo, ok, rows, carried = jax.lax.fori_loop(
         jnp.int32(0), jnp.asarray(repeats, jnp.int32), body, carry
     )
     count = jnp.asarray(repeats, jnp.int32)
     mean = jax.tree_util.tree_map(lambda g: g / count.astype(g.dtype), total)
-    return params, local_opt, mean, elbo / count.astype(elbo.dtype), ok, rows
+    return params, local_opt, mean, elbo / count.astype(elbo.dtype), ok, rows, carried
 
 
 def minibatch_fit_steps(builder, data, hyperparameters, batch_size, num_steps, seed=0, estimator="grep"):
