@@ -102,7 +102,8 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
 
     # --- accuracy, after the clock -------------------------------------------------------
     jax.config.update("jax_enable_x64", True)
-    args64 = tuple(jax.numpy.asarray(np.asarray(a, np.float64)) for a in entry.args)
+    widen = lambda a: np.asarray(a, np.float64) if np.issubdtype(np.asarray(a).dtype, np.floating) else a  # noqa: E731
+    args64 = tuple(jax.numpy.asarray(widen(a)) for a in entry.args)  # index arrays stay integers
     kind, value = answer
     if kind == "nuts":
         record["mean"] = {k: np.asarray(v, np.float64).mean(0).ravel().tolist() for k, v in value.items()}
