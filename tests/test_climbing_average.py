@@ -34,12 +34,13 @@ SETTINGS = controller.AdaptiveSettings(tolerance=0.005)
 STEPS = SETTINGS.window
 
 
-def _arguments(loop):
+def _arguments(loop, base=0.1):
     """Adam at 0.1 (batches of 10 / rho = one window; draws never raised), a Fisher metric that
-    is the identity, and a ``select`` that changes nothing."""
+    is the identity, and a ``select`` that changes nothing. ``base``: the rule's first step (a
+    fall halves the step down to ``base / 2^12``)."""
     return dict(
         settings=SETTINGS,
-        candidates=[rules.Candidate("adam-0.1", 0, 0.1, linear=False)],
+        candidates=[rules.Candidate("adam-0.1", 0, base, linear=False)],
         initial_state=loop,
         select=lambda s, i, rho, repeats=1: s,
         distance=lambda p, d: float(np.sqrt(sum(np.mean(np.square(v)) for v in d.values()))),
@@ -139,3 +140,21 @@ def test_a_later_stage_does_not_restart():
         )
     assert int(state.climbs) == 0 and int(state.batches) == 30
     assert controller.batch_trend_t(state) > 5 * controller.CLIMB_T
+
+
+def test_a_batch_with_no_finite_elbo_is_left_out_of_the_regression():
+    """At a step that may not be halved further a window with no finite draw is averaged (a
+    stalled float32 gradient, ``tests/test_widened_gradient.py``): its batch ELBO is -inf and
+    the regression leaves it out (its index counts the finite ones)."""
+    state, loop = _averaging()  # at 0.1, a rule that started at 1,000: no halving left
+    rng = np.random.default_rng(5)
+    medians = []
+    for index in range(7):
+        summary = _window(rng, -100.0 + 0.2 * index, 0.0, elbo_sd=1.0)
+        if index == 3:
+            summary = summary._replace(elbo=np.full(STEPS, -np.inf), finite=np.zeros(STEPS, bool))
+        else:
+            medians.append(float(np.median(summary.elbo)))
+        state, loop = controller.update(state, summary, loop, **_arguments(loop, base=1000.0))
+    assert int(state.restarts) == 0 and int(state.batches) == 7 and int(state.elbo_trend[1]) == 6
+    assert controller.batch_trend_t(state) == pytest.approx(controller.elbo_trend_t(medians), rel=1e-9)

@@ -399,7 +399,8 @@ class ControllerState(NamedTuple):
     previous_clipped: np.ndarray  # the previous stage's mean clipped fraction (0: none)
     previous_estimates: np.ndarray  # gradient estimates (steps x repeats) in the previous stage's average
     batch_elbo: np.ndarray  # the current batch's window medians, summed
-    elbo_trend: np.ndarray  # (4,) of the batch ELBOs y_b: y_1 and sums of b (y_b - y_1), y_b - y_1, squares
+    # (5,) of the finite batch ELBOs y_b: y_1, their count, sums of b (y_b - y_1), y_b - y_1, squares
+    elbo_trend: np.ndarray
     climbs: np.ndarray  # times a first stage's average restarted because its batch ELBOs rose
 
 
@@ -480,7 +481,7 @@ def init(
         stage_bias=_f(np.nan),
         best_se=_f(np.nan),
         batch_elbo=_f(0.0),
-        elbo_trend=np.zeros(4),
+        elbo_trend=np.zeros(5),
         climbs=_i(0),
     )
 
@@ -641,19 +642,23 @@ def _new_stage_statistics(state: ControllerState) -> ControllerState:
         clipped_sum=_f(0.0),
         clipped_steps=_i(0),
         batch_elbo=_f(0.0),
-        elbo_trend=np.zeros(4),
+        elbo_trend=np.zeros(5),
     )
 
 
 def _add_batch_elbo(state: ControllerState, elbo: float) -> ControllerState:
-    """Adds the batch ELBO ``elbo`` (of batch ``state.batches``, counted from 1) to the
-    stage's regression sums, shifted by the first batch's value (the sums stay small)."""
+    """Adds the batch ELBO ``elbo`` to the stage's regression sums (its index: the count of
+    finite batch ELBOs so far), shifted by the first one (the sums stay small). A non-finite
+    batch ELBO (a window with no finite draw, at a step that may not be halved further) is
+    left out."""
+    if not math.isfinite(elbo):
+        return state
     trend = state.elbo_trend.copy()
-    index = int(state.batches)
+    index = int(trend[1]) + 1
     if index == 1:
-        trend[:] = (elbo, 0.0, 0.0, 0.0)
+        trend[0] = elbo
     y = elbo - trend[0]
-    trend[1:] += (index * y, y, y * y)
+    trend[1:] += (1.0, index * y, y, y * y)
     return state._replace(elbo_trend=trend)
 
 
@@ -661,10 +666,10 @@ def batch_trend_t(state: ControllerState) -> float:
     """The t statistic of the slope of the stage's batch ELBOs against their index
     (:func:`elbo_trend_t` from running sums: ``S_xy / S_xx`` over its standard error; nan
     below 3 batches)."""
-    n = int(state.batches)
+    _, count, sum_by, sum_y, sum_yy = (float(v) for v in state.elbo_trend)
+    n = int(count)
     if n < 3:
         return math.nan
-    _, sum_by, sum_y, sum_yy = (float(v) for v in state.elbo_trend)
     mean_b = (n + 1) / 2.0
     sxx = n * (n * n - 1) / 12.0
     sxy = sum_by - mean_b * sum_y
