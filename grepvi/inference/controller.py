@@ -1205,7 +1205,10 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
         if 0 < int(ran) < steps
     ]
     if stopped:
-        note += f" ({', '.join(stopped)}: stopped where they trailed the leader by 2 SE)"
+        note += (
+            f" ({', '.join(stopped)}: stopped where they trailed the leader by 2 SE, "
+            f"by {TRIAL_WIDE_GAP:.0%} once or at two checks in a row)"
+        )
     return note
 
 
