@@ -627,10 +627,16 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         call_args, call_kwargs = rebuild(data)
         if isinstance(seed, int):  # a raw uint32 key, not int64 where traced under enable_x64
             seed = np.array([0, seed], np.uint32)
-        substituted = handlers.substitute(handlers.seed(model, rng_seed=seed), data=latents)
-        if not latents:  # shapes only: uniform draws in the unconstrained space, not the prior's
+        if latents:
+            # the values substituted inside the seed handler, which then splits no key for a
+            # site that has one (outside it, a Threefry split per latent site in every draw)
+            substituted = handlers.seed(handlers.substitute(model, data=latents), rng_seed=seed)
+        else:  # shapes only: uniform draws in the unconstrained space, not the prior's
             # (a Dirichlet or gamma prior draw compiles a rejection sampler: 0.6-1.9 s)
-            substituted = handlers.substitute(substituted, substitute_fn=_uniform_or_prior)
+            substituted = handlers.substitute(
+                handlers.substitute(handlers.seed(model, rng_seed=seed), data=latents),
+                substitute_fn=_uniform_or_prior,
+            )
         return handlers.trace(substituted).get_trace(*call_args, **call_kwargs)
 
     with warnings.catch_warnings():  # prior draws of shape-0.1 gammas round to 0: out of support
