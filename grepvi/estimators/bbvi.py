@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from grepvi.errors import ConfigError
 from grepvi.estimators.base import EstimateInfo, Estimator, register_estimator, total_entropy
 from grepvi.estimators.grep import average_gradient_variance
+from grepvi.families.base import beyond_clamp
 from grepvi.target import Target, local_log_joints, values_from_inputs
 from grepvi.validation import positive_int
 
@@ -65,19 +66,19 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
     # Draws in the log space of each support: exact where z underflows. The scores are taken
     # there (Family.log_prob_log_space); a value-space model gets the families' clamped z.
     log_inputs = _sample_all(rng_key, params, families, num_samples, log_space=True)
-    latents = log_inputs if target.log_space else values_from_inputs(log_inputs, families, True)
     local_target = target if rao_blackwellize else target._replace(local_logdensity_fn=None)
-    log_joints = jax.vmap(target.logdensity_fn)(latents)
-    if local_target.local_logdensity_fn is None:
-        local = {
-            name: jnp.broadcast_to(
-                log_joints.reshape((-1,) + (1,) * len(family.batch_shape)),
-                (num_samples,) + family.batch_shape,
-            )
-            for name, family in families.items()
-        }
+
+    def log_joints_at(inputs):  # the log joint and the local ones of one draw's inputs
+        latents = inputs if target.log_space else values_from_inputs(inputs, families, True)
+        total = target.logdensity_fn(latents)
+        if local_target.local_logdensity_fn is None:
+            return total, {name: jnp.broadcast_to(total, f.batch_shape) for name, f in families.items()}
+        return total, local_log_joints(local_target, latents)
+
+    if target.log_space:
+        log_joints, local = jax.vmap(log_joints_at)(log_inputs)
     else:
-        local = jax.vmap(lambda z: local_log_joints(local_target, z))(latents)
+        log_joints, local = _extended_below_clamp(log_joints_at, log_inputs, families)
     weighted, scores = {}, {}
     for name, family in families.items():
 
@@ -87,6 +88,37 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
         scores[name] = jax.vmap(score)(log_inputs[name])
         weighted[name] = jax.tree_util.tree_map(lambda h, f=local[name]: _expand(f, h) * h, scores[name])
     return weighted, scores, log_joints
+
+
+def _extended_below_clamp(log_joints_at, log_inputs, families):
+    """``log_joints_at`` of a value-space model at each draw, extended linearly in ``log z``
+    (``logit z``) where a draw lies beyond the families' clamp (``z < 1e-30`` in float32).
+
+    The score-function gradient weights each draw's score by the model's *value* there. A
+    value-space model sees ``z`` clamped at ``1e-30``, so its values below the clamp are
+    those at the clamp: the gradient is then the exact gradient of another objective, the
+    ELBO of the clamped model, whose optimum for a gamma posterior of shape 0.1 (a
+    gamma-Poisson with no counts: 0.1% of the draws below the clamp) lies 0.7% off in the mean
+    and 4.6% in the variance (scipy, float64), where BBVI's default fits landed (3.6-4.3%;
+    8-11% in earlier sessions). The value plus the model's derivative along
+    :func:`grepvi.families.base.beyond_clamp` (the direction along which the clamps'
+    derivatives pass through, as for G-REP's pathwise term) is exact for terms ``c log z``.
+    The derivative is taken only where some draw lies beyond the clamp (``lax.cond``).
+    """
+    excess = {name: beyond_clamp(u, families[name].support) for name, u in log_inputs.items()}
+    beyond = jnp.any(jnp.stack([jnp.any(e != 0) for e in excess.values()]))
+
+    def plain(_):
+        return jax.vmap(log_joints_at)(log_inputs)
+
+    def extended(_):
+        def one(inputs, direction):
+            values, slopes = jax.jvp(log_joints_at, (inputs,), (direction,))
+            return jax.tree_util.tree_map(jnp.add, values, slopes)
+
+        return jax.vmap(one)(log_inputs, excess)
+
+    return jax.lax.cond(beyond, extended, plain, None)
 
 
 def control_variate_scale(weighted, scores):

@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["Family", "Posterior", "to_log_space", "from_log_space"]
+__all__ = ["Family", "Posterior", "to_log_space", "from_log_space", "beyond_clamp"]
 
 Params = dict[str, jax.Array]
 
@@ -226,6 +227,25 @@ def from_log_space(u, support: str, bounds_dtype=None) -> jax.Array:
     if support in ("positive", "simplex"):
         return numerics.safe_exp(u, bounds_dtype)
     return u
+
+
+def beyond_clamp(u, support: str, bounds_dtype=None) -> jax.Array:
+    """How far a log-space value ``u`` lies beyond the clamp of :func:`from_log_space`:
+    ``u - clip(u, lower, upper)`` (0 where the model sees ``z`` itself).
+
+    Along this direction the clamps' derivatives (``grepvi.numerics.safe_exp``,
+    ``safe_sigmoid``) pass through, so a model's value at the clamped ``z`` plus its
+    derivative times this is its value extended linearly in ``log z`` (``logit z``) below
+    the clamp: exact for terms ``c log z``, the terms a small gamma shape's tail meets."""
+    from grepvi import numerics
+
+    dtype = np.dtype(bounds_dtype or jnp.result_type(u))
+    if support == "unit_interval":
+        lower, upper = numerics._logit_bounds(dtype)
+        return u - jnp.clip(u, lower, upper)
+    if support in ("positive", "simplex"):
+        return u - jnp.clip(u, numerics.log_tiny(dtype), numerics.log_huge(dtype))
+    return jnp.zeros_like(u)
 
 
 def _broadcast_init(value, shape, dtype):
