@@ -77,3 +77,36 @@ def test_without_the_extension_the_value_space_estimate_differs():
     # below the clamp the clamped value misses (shape - 1) log(z / 1e-30): several nats a draw
     assert np.max(np.abs(gap[np.asarray(below) != 0])) > 1.0
     np.testing.assert_allclose(gap[np.asarray(below) == 0], 0.0, atol=1e-3)
+
+
+@jax.custom_vjp
+def _log(z):
+    return jnp.log(z)
+
+
+_log.defvjp(lambda z: (jnp.log(z), z), lambda z, g: (g / z,))
+
+
+def test_a_model_without_forward_mode_is_extended_in_reverse_mode():
+    """A value-space model with a ``custom_vjp`` function (no ``jvp``; the DEF's
+    ``log_matmul_exp`` is one) gets the extension from one gradient of its log joint: here,
+    where each local log joint reads its own element only, the same estimate as in log
+    space, for the Rao-Blackwellized and the whole-joint weights."""
+    value_target, log_target, families = _targets()
+
+    def local(z):
+        return {"rate": (0.1 - 1.0) * _log(z["rate"]) - 4.0 * z["rate"]}
+
+    custom = Target(lambda z: jnp.sum(local(z)["rate"]), families, local)
+    params = {"rate": _params(families["rate"])}
+    for rao_blackwellize in (True, False):
+        estimator = grepvi.get_estimator(
+            "bbvi", num_samples=4000, num_control_samples=30, rao_blackwellize=rao_blackwellize
+        )
+        key = jax.random.key(7)
+        custom_grad, _ = jax.jit(lambda k, p, e=estimator: e.estimate(k, p, custom))(key, params)
+        log_grad, _ = jax.jit(lambda k, p, e=estimator: e.estimate(k, p, log_target))(key, params)
+        for leaf_custom, leaf_log in zip(
+            jax.tree_util.tree_leaves(custom_grad), jax.tree_util.tree_leaves(log_grad), strict=True
+        ):
+            np.testing.assert_allclose(np.asarray(leaf_custom), np.asarray(leaf_log), rtol=2e-4, atol=2e-3)

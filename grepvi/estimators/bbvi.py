@@ -78,7 +78,8 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
     if target.log_space:
         log_joints, local = jax.vmap(log_joints_at)(log_inputs)
     else:
-        log_joints, local = _extended_below_clamp(log_joints_at, log_inputs, families)
+        whole = local_target.local_logdensity_fn is None  # each element's "local" is the whole
+        log_joints, local = _extended_below_clamp(log_joints_at, log_inputs, families, whole)
     weighted, scores = {}, {}
     for name, family in families.items():
 
@@ -90,7 +91,7 @@ def score_terms(rng_key, params, target: Target, num_samples: int, rao_blackwell
     return weighted, scores, log_joints
 
 
-def _extended_below_clamp(log_joints_at, log_inputs, families):
+def _extended_below_clamp(log_joints_at, log_inputs, families, whole=False):
     """``log_joints_at`` of a value-space model at each draw, extended linearly in ``log z``
     (``logit z``) where a draw lies beyond the families' clamp (``z < 1e-30`` in float32).
 
@@ -103,7 +104,11 @@ def _extended_below_clamp(log_joints_at, log_inputs, families):
     8-11% in earlier sessions). The value plus the model's derivative along
     :func:`grepvi.families.base.beyond_clamp` (the direction along which the clamps'
     derivatives pass through, as for G-REP's pathwise term) is exact for terms ``c log z``.
-    The derivative is taken only where some draw lies beyond the clamp (``lax.cond``).
+    The derivative is taken only where some draw lies beyond the clamp (``lax.cond``), in
+    forward mode; a model with a ``custom_vjp`` function (no forward mode: the DEF's
+    ``log_matmul_exp``) gets reverse mode instead, one gradient of the log joint, which extends
+    the log joint exactly and each local log joint along its own element only (``whole``:
+    the local log joints are the log joint itself, extended as it is).
     """
     excess = {name: beyond_clamp(u, families[name].support) for name, u in log_inputs.items()}
     beyond = jnp.any(jnp.stack([jnp.any(e != 0) for e in excess.values()]))
@@ -111,12 +116,30 @@ def _extended_below_clamp(log_joints_at, log_inputs, families):
     def plain(_):
         return jax.vmap(log_joints_at)(log_inputs)
 
-    def extended(_):
-        def one(inputs, direction):
-            values, slopes = jax.jvp(log_joints_at, (inputs,), (direction,))
-            return jax.tree_util.tree_map(jnp.add, values, slopes)
+    def forward(inputs, direction):
+        values, slopes = jax.jvp(log_joints_at, (inputs,), (direction,))
+        return jax.tree_util.tree_map(jnp.add, values, slopes)
 
-        return jax.vmap(one)(log_inputs, excess)
+    def reverse(inputs, direction):
+        (total, local), pull = jax.vjp(log_joints_at, inputs)
+        (grad,) = pull((jnp.ones_like(total), jax.tree_util.tree_map(jnp.zeros_like, local)))
+        own = {name: grad[name] * direction[name] for name in direction}
+        slope = sum(jnp.sum(value) for value in own.values())
+        if whole:
+            return total + slope, {name: value + slope for name, value in local.items()}
+        local = {
+            name: value + jnp.sum(own[name], axis=tuple(range(value.ndim, own[name].ndim)))
+            for name, value in local.items()
+        }
+        return total + slope, local
+
+    def extended(_):
+        try:
+            return jax.vmap(forward)(log_inputs, excess)
+        except TypeError as error:  # raised while tracing, before anything runs
+            if "custom_vjp" not in str(error):
+                raise
+            return jax.vmap(reverse)(log_inputs, excess)
 
     return jax.lax.cond(beyond, extended, plain, None)
 
