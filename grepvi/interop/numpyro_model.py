@@ -629,13 +629,12 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             seed = np.array([0, seed], np.uint32)
         if latents:
             # the values substituted inside the seed handler, which then splits no key for a
-            # site that has one (outside it, a Threefry split per latent site in every draw)
+            # site that has one (outside it, a Threefry split per latent site in each trace)
             substituted = handlers.seed(handlers.substitute(model, data=latents), rng_seed=seed)
         else:  # shapes only: uniform draws in the unconstrained space, not the prior's
             # (a Dirichlet or gamma prior draw compiles a rejection sampler: 0.6-1.9 s)
             substituted = handlers.substitute(
-                handlers.substitute(handlers.seed(model, rng_seed=seed), data=latents),
-                substitute_fn=_uniform_or_prior,
+                handlers.seed(model, rng_seed=seed), substitute_fn=_uniform_or_prior
             )
         return handlers.trace(substituted).get_trace(*call_args, **call_kwargs)
 
