@@ -62,6 +62,16 @@ def _integer(text):
         raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
 
 
+def _batch_size(text):
+    """argparse type of --batch-size: a positive integer, "auto" or "all"."""
+    if text.strip().lower() in ("auto", "all"):
+        return text.strip().lower()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, 'auto' or 'all', found {text!r}") from None
+
+
 def _number(text):
     """argparse type: a number, with a message saying what was expected and found."""
     try:
@@ -140,6 +150,12 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         help="rows and columns of --dataset synthetic (default 100,25,64)",
     )
     group.add_argument(
+        "--alphabets",
+        metavar="NAMES",
+        help="omniglot: 'all' (32,460 images) or comma-separated alphabet names "
+        "(default: the paper's ten, 4,425 training images)",
+    )
+    group.add_argument(
         "--layer-sizes", type=_sizes, default=(100, 40, 15), help="sparse gamma DEF (default 100,40,15)"
     )
     group.add_argument(
@@ -214,10 +230,11 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
     )
     group.add_argument(
         "--batch-size",
-        type=_integer,
-        default=None,
+        type=_batch_size,
+        default="auto",
         metavar="B",
-        help="minibatch VI: B rows of the data per step, both procedures (default: all rows)",
+        help="minibatch VI: B rows of the data per step, both procedures; 'all' every row; "
+        "default 'auto': every row unless a full-data step is large (then a batch sized by its cost)",
     )
     group.add_argument(
         "--data-parallel",
@@ -322,6 +339,7 @@ def _config(args, estimator: str):
         parallel=args.data_parallel,
         elbo_every=args.elbo_every,
         synthetic_size=args.synthetic_size,
+        alphabets=args.alphabets,
         checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds,
     )

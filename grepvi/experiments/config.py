@@ -53,7 +53,9 @@ class RunConfig:
         the same family and objective, two orders of magnitude cheaper per step).
       chunk_size: iterations per compiled window, in both procedures (also: how often the
         perplexity is computed); None: 10 for a fixed schedule, 100 for the default procedure.
-      batch_size: minibatch VI with this many rows of the data per step (None: all rows).
+      batch_size: minibatch VI with this many rows of the data per step (None: all rows;
+        ``"auto"``, the default: all rows unless a full-data step is large,
+        :mod:`grepvi.inference.batch_size`).
       parallel: data-parallel VI over every device (rows split over a device mesh).
       elbo_every: with ``elbo_samples``, evaluate that ELBO every iteration (1, the paper) or
         once per ``elbo_every`` iterations (a multiple of ``chunk_size``; 20 draws of the log
@@ -61,6 +63,8 @@ class RunConfig:
       compute_variance: record the average gradient variance (needs ``num_samples > 1``).
       tolerance: the default procedure's stopping accuracy in posterior standard deviations
         (None: by the model's size, ``controller.default_tolerance``); unused with ``step_size``.
+      alphabets: Omniglot's alphabets, ``"all"`` or comma-separated names (None: the paper's
+        ten, :data:`grepvi.data.omniglot.DEFAULT_ALPHABETS`); only with ``dataset="omniglot"``.
     """
 
     model: str
@@ -80,12 +84,13 @@ class RunConfig:
     refit_step_size: float | None = None
     refit_estimator: str | None = None
     chunk_size: int | None = None
-    batch_size: int | None = None
+    batch_size: int | str | None = "auto"
     parallel: bool = False
     elbo_every: int = 1
     compute_variance: bool = False
     tolerance: float | None = None
     synthetic_size: tuple[int, int, int] = (100, 25, 64)
+    alphabets: str | None = None
     checkpoint_every: int = 0
     checkpoint_seconds: float = 60.0
 
@@ -142,10 +147,22 @@ class RunConfig:
             config.chunk_size = _positive_int(config.chunk_size, "chunk_size")
             if config.step_size is None and config.chunk_size < 2:
                 raise ConfigError("chunk_size: the default procedure needs windows of at least 2 iterations")
-        if config.batch_size is not None:
+        if isinstance(config.batch_size, str):
+            if config.batch_size.lower() not in ("auto", "all"):
+                raise ConfigError(
+                    f"batch_size: expected a positive integer, 'auto' or 'all', found {config.batch_size!r}"
+                )
+            config.batch_size = None if config.batch_size.lower() == "all" else "auto"
+        elif config.batch_size is not None:
             config.batch_size = _positive_int(config.batch_size, "batch_size")
             if config.parallel:
                 raise ConfigError("parallel: minibatch VI (batch_size) runs on one device; give one of them")
+        if config.alphabets is not None:
+            if str(config.dataset).lower() != "omniglot":
+                raise ConfigError(f"alphabets: applies to the omniglot data set, not {config.dataset!r}")
+            config.alphabets = str(config.alphabets).strip()
+            if not config.alphabets:
+                raise ConfigError("alphabets: expected 'all' or comma-separated alphabet names, found ''")
         config.elbo_every = _positive_int(config.elbo_every, "elbo_every")
         if config.elbo_every != 1 and config.elbo_every % config.window():
             raise ConfigError(
@@ -192,6 +209,8 @@ class RunConfig:
             options.pop(option, None)
         if str(self.dataset).lower() != SYNTHETIC:
             options.pop("synthetic_size")
+        if str(self.dataset).lower() != "omniglot" or self.alphabets is None:
+            options.pop("alphabets", None)
         for key in _NOT_IDENTITY:
             options.pop(key, None)
         return options

@@ -50,6 +50,7 @@ from grepvi.experiments.run_files import (
     write_json,
 )
 from grepvi.inference import controller, driver, fitting
+from grepvi.inference.batch_size import resolve_batch_size
 from grepvi.inference.controller import AdaptiveSettings
 from grepvi.inference.fitting import DEFAULT_MAX_STEPS
 from grepvi.models.registry import get_model_spec
@@ -109,6 +110,9 @@ def load_data(config: RunConfig):
     expected = get_model_spec(config.model).likelihood
     # A file's values are checked against the model's likelihood, not one inferred from them.
     options = {} if str(config.dataset).lower() in DATASET_NAMES else {"likelihood": expected}
+    if config.alphabets is not None:  # omniglot (RunConfig.validate)
+        names = config.alphabets
+        options["alphabets"] = names if names.lower() == "all" else [n.strip() for n in names.split(",")]
     dataset = load_dataset(config.dataset, config.data_dir, seed=config.seed, **options)
     if dataset.likelihood != expected:
         raise DataError(
@@ -200,6 +204,9 @@ def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
         settings = AdaptiveSettings(**({"tolerance": config.tolerance} if config.tolerance else {}))
         if config.num_steps is None and config.time_budget is None:
             config = dataclasses.replace(config, num_steps=DEFAULT_MAX_STEPS)
+    batch_size = resolve_batch_size(config.batch_size, model, families, estimator, config.parallel)
+    if config.batch_size == "auto" and batch_size is not None:
+        say(f"minibatch VI: {batch_size} of {model.num_observations} rows a step (--batch-size auto)", quiet)
     prepared = fitting.setup(
         target,
         estimator,
@@ -211,7 +218,7 @@ def _fit_locked(config, identity, directory, mode, out, quiet) -> dict:
         max_steps=config.num_steps,
         time_budget=config.time_budget,
         keep_params=config.elbo_samples is not None and config.elbo_every == 1,
-        batch_size=config.batch_size,
+        batch_size=batch_size,
         model=model,
         parallel=config.parallel,
     )
@@ -351,6 +358,7 @@ def _write_run(
         "dataset": dataset.name,
         "eta": config.step_size,
         "procedure": "default" if adaptive else "eq9",
+        "batch_size": prepared.batch_size,
         "iterations": convergence.num_iterations,
         "training_time_s": float(final.wall_time),
         "time_per_iteration_s": median_time_per_iteration(arrays),

@@ -25,6 +25,7 @@ from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning
 from grepvi.estimators.base import Estimator, get_estimator
 from grepvi.families.base import Family, Posterior
 from grepvi.inference import controller, driver, rules
+from grepvi.inference.batch_size import resolve_batch_size
 from grepvi.inference.compilation_cache import enable_persistent_cache, step_compiler_options
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.cost import jaxpr_flops
@@ -65,6 +66,8 @@ class FitResult(NamedTuple):
       run_state: everything the run needs to continue (:class:`grepvi.inference.driver.RunState`):
         ``fit(..., resume=result.run_state)`` with a larger cap goes on as if it had not
         stopped.
+      batch_size: the rows of the data per step (``None``: every row), chosen by
+        ``batch_size="auto"`` where not given.
     """
 
     params: dict
@@ -75,6 +78,7 @@ class FitResult(NamedTuple):
     state: Any
     convergence: Convergence | None = None
     run_state: Any = None
+    batch_size: int | None = None  # rows per step (None: every row)
 
     @property
     def num_skipped_steps(self) -> int:
@@ -211,6 +215,7 @@ class Setup(NamedTuple):
     estimator: Estimator
     fixed: bool
     widened_window: Any = None  # the window whose gradients are widened where float32 overflows
+    batch_size: int | None = None  # rows of the data per step (None: every row)
 
     def run(self, start=None, *, max_steps=None, time_budget=None, observers=()) -> driver.RunState:
         """:func:`grepvi.inference.driver.run` from ``start`` (default the initial state)."""
@@ -324,13 +329,13 @@ def setup(
             None, (), lambda loop, i, rho, repeats=1: loop, None, initial_loop, length, names, place=place
         )
         initial = driver.RunState(initial_loop, state, np.float64(0.0))
-        return Setup(window, plan, initial, data, target, estimator, True, widened_window)
+        return Setup(window, plan, initial, data, target, estimator, True, widened_window, batch_size)
     plan, state, start = _default_plan(
         target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
     )
     plan = plan._replace(max_repeats=most_repeats, base_draws=draws)
     initial = driver.RunState(start, state, np.float64(0.0))
-    return Setup(window, plan, initial, data, target, estimator, False, widened_window)
+    return Setup(window, plan, initial, data, target, estimator, False, widened_window, batch_size)
 
 
 def _step_and_state(
@@ -477,7 +482,7 @@ def fit(
     settings: AdaptiveSettings | None = None,
     chunk_size: int | None = None,
     progress: bool | None = None,
-    batch_size: int | None = None,
+    batch_size: int | str | None = "auto",
     parallel: bool = False,
     resume: driver.RunState | None = None,
     callback: Callable[[driver.WindowEvent], bool | None] | None = None,
@@ -523,7 +528,9 @@ def fit(
       progress: show a progress bar (default: when the run may be long).
       batch_size: minibatch VI (Hoffman et al. 2013) with ``batch_size`` rows of the data per
         step (``logdensity_fn`` must be a :class:`~grepvi.models.Model`), under either
-        procedure.
+        procedure; ``None`` every row; ``"auto"`` (default) every row unless a full-data
+        step is large, then a batch sized by the step's cost
+        (:mod:`grepvi.inference.batch_size`; ``result.batch_size`` says which).
       parallel: data-parallel VI over every device (:mod:`grepvi.inference.sharding`: rows of the data and
         of the local latents split over a device mesh, weights replicated; one device: the
         plain step). ``logdensity_fn`` must be a :class:`~grepvi.models.Model`.
@@ -562,7 +569,7 @@ def fit(
         num_steps = validation.positive_int(num_steps, "num_steps")
     if time_budget is not None:
         time_budget = validation.positive_float(time_budget, "time_budget")
-    if batch_size is not None:
+    if batch_size is not None and not isinstance(batch_size, str):
         batch_size = validation.positive_int(batch_size, "batch_size")
     if fixed and tolerance is not None:
         raise ConfigError(
@@ -577,6 +584,7 @@ def fit(
     estimator = get_estimator(estimator, **options)
     target, model, data = _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space)
     target = target._replace(families=estimator.adapt_families(target.families))
+    batch_size = resolve_batch_size(batch_size, model, target.families, estimator, parallel)
     if data is not None:
         data = jax.tree_util.tree_map(jnp.asarray, data)
     max_steps = num_steps
@@ -647,6 +655,7 @@ def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver
         state=final.loop._replace(params=params),
         convergence=convergence,
         run_state=final,
+        batch_size=prepared.batch_size,
     )
 
 
