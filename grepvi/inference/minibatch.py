@@ -68,7 +68,6 @@ __all__ = [
     "batch_data",
     "draw_rows",
     "batch_params",
-    "rows_optimizer_state",
     "init",
     "step",
     "gather_rows",
@@ -310,48 +309,12 @@ def init(
     return MinibatchState(
         params=params,
         global_opt_state=optimizer.init({n: params[n] for n in problem.global_latent_names}),
-        local_opt_state=rows_optimizer_state(optimizer, {n: params[n] for n in problem.local_latent_names}),
+        local_opt_state=optimizer.init({n: params[n] for n in problem.local_latent_names}),
         rng_key=run_key,
         iteration=jnp.zeros([], jnp.int32),
         num_skipped=jnp.zeros([], jnp.int32),
         estimator_state=None if carried is None else carried.init(problem.families),
     )
-
-
-def _rows_apart(tree):
-    """Each leaf's rows as ``(N, 1, ...)``: a row keeps the rank of the whole (a family's
-    batch shape is read off its parameters' rank, ``natural_gradient``)."""
-    return jax.tree_util.tree_map(lambda leaf: leaf[:, None], tree)
-
-
-def rows_optimizer_state(optimizer, local_params: dict):
-    """Every row's own optimizer state for the local latents: ``optimizer.init`` mapped over
-    the rows (leaves ``(N, 1, ...)``; a counter, Adam's or Eq. 9's, one per row).
-
-    A row's locals are updated only in the steps whose batch holds it. With one state for all
-    rows (one counter, advanced every step), Adam's bias correction assumed as many updates of
-    a row's moments as there were steps: a row on its ``v``-th visit in step ``t`` moved
-    ``(1 - 0.9^v) / sqrt(1 - 0.999^v)`` times the rate (3.2 on its first visit, 6.5 on its
-    tenth) where Adam moves it at most about one. Omniglot's 24,345 images in batches of 889:
-    the first approach fell twice (2.3% and 3.2% of the ELBO) and halved the step to 0.025
-    within 375 s."""
-    if not jax.tree_util.tree_leaves(local_params):  # no local latents: nothing per row
-        return optimizer.init(local_params)
-    return jax.vmap(optimizer.init)(_rows_apart(local_params))
-
-
-def _update_rows(optimizer, updates, rows_state, local_params, indices):
-    """``(updates, rows_state)`` of the batch's rows ``indices``: each row's optimizer state
-    (:func:`rows_optimizer_state`) gathered, updated by ``optimizer.update`` mapped over the
-    rows, and put back."""
-    if not jax.tree_util.tree_leaves(local_params):  # no local latents: the state has no rows
-        return optimizer.update(updates, rows_state, local_params)
-    batch_state = jax.tree_util.tree_map(lambda leaf: leaf[indices], rows_state)
-    row_updates, batch_state = jax.vmap(optimizer.update)(
-        _rows_apart(updates), batch_state, _rows_apart(local_params)
-    )
-    rows_state = jax.tree_util.tree_map(lambda old, new: old.at[indices].set(new), rows_state, batch_state)
-    return jax.tree_util.tree_map(lambda leaf: leaf[:, 0], row_updates), rows_state
 
 
 def _is_local(path, local_names) -> bool:
@@ -469,11 +432,15 @@ class _OneBatch(NamedTuple):
             n: jax.tree_util.tree_map(lambda g: g / problem.scale, grad[n])
             for n in problem.local_latent_names
         }
+        gather = lambda leaf: leaf[indices] if jnp.ndim(leaf) >= 1 else leaf
         local_params = {n: batch[n] for n in problem.local_latent_names}
-        loss_grad = jax.tree_util.tree_map(jnp.negative, local_grad)  # of -ELBO, as optax
-        updates, local_opt = _update_rows(self.optimizer, loss_grad, local_opt_state, local_params, indices)
+        batch_opt = jax.tree_util.tree_map(gather, local_opt_state)
+        updates, new_batch_opt = self.optimizer.update(
+            jax.tree_util.tree_map(jnp.negative, local_grad), batch_opt, local_params
+        )
         new_batch_locals = optax.apply_updates(local_params, updates)
-        scatter = lambda old, new: old.at[indices].set(new)
+        scatter = lambda old, new: old.at[indices].set(new) if jnp.ndim(old) >= 1 else new
+        local_opt = jax.tree_util.tree_map(scatter, local_opt_state, new_batch_opt)
         new_locals = {
             n: jax.tree_util.tree_map(scatter, params[n], new_batch_locals[n])
             for n in problem.local_latent_names

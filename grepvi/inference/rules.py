@@ -161,11 +161,10 @@ def select(tree: Any, index: int, step_size: float, repeats: int = 1) -> Any:
     def set_one(node):
         if not _is_switch(node):
             return node
-        # a state with one switch per row (minibatch VI's locals) gets the values in every row
         return node._replace(
-            index=jnp.broadcast_to(jnp.asarray(index, jnp.int32), jnp.shape(node.index)),
-            step_size=jnp.broadcast_to(jnp.asarray(step_size, jnp.float32), jnp.shape(node.step_size)),
-            repeats=jnp.broadcast_to(jnp.asarray(repeats, jnp.int32), jnp.shape(node.repeats)),
+            index=jnp.asarray(index, jnp.int32),
+            step_size=jnp.asarray(step_size, jnp.float32),
+            repeats=jnp.asarray(repeats, jnp.int32),
         )
 
     return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
