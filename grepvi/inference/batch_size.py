@@ -29,7 +29,10 @@ import jax
 import numpy as np
 
 from grepvi.errors import ConfigError
+from grepvi.inference import minibatch
 from grepvi.inference.cost import jaxpr_flops
+from grepvi.inference.state import initial_params
+from grepvi.target import bind_data
 from grepvi.validation import positive_int
 
 __all__ = [
@@ -53,10 +56,6 @@ ACCELERATOR_FACTOR = 256.0
 def estimate_flops(model, families: dict, estimator, batch_size: int) -> float:
     """``jaxpr_flops`` of one gradient estimate of minibatch VI over ``batch_size`` rows of
     ``model`` (all rows: the full-data estimate), traced at abstract shapes."""
-    from grepvi.inference import minibatch
-    from grepvi.inference.state import initial_params
-    from grepvi.target import bind_data
-
     problem = minibatch.minibatch_problem(model, batch_size, families)
     target = minibatch.batch_target(problem)
     params = jax.eval_shape(lambda: initial_params(jax.random.key(0), problem.families, None))
@@ -95,14 +94,9 @@ def automatic_batch_size(model, families: dict, estimator, platform: str | None 
 
 
 def _num_rows(model) -> int | None:
-    if model is None:
-        return None
-    if hasattr(model, "minibatch_problem") and hasattr(model, "num_observations"):
-        return int(model.num_observations)
+    """``N`` of a model whose rows minibatch VI can subsample (a named-axis ``Model``), else None."""
     rows = getattr(model, "num_observations", None)
-    if rows is None or not hasattr(model, "joint"):
-        return None
-    return int(rows)
+    return None if rows is None or not hasattr(model, "joint") else int(rows)
 
 
 def resolve_batch_size(batch_size, model, families: dict, estimator, parallel: bool = False) -> int | None:
