@@ -902,7 +902,8 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
         count += 1
         state = state._replace(medians=medians, num_medians=_i(count))
         t = elbo_trend_t(medians[-min(count, TREND_WINDOWS) :])
-        if (count >= MIN_APPROACH_WINDOWS and t < 2.0) or _restart_settled(state, linear, rho, settings.window):
+        settled = _restart_settled(state, linear, rho, settings.window)
+        if (count >= MIN_APPROACH_WINDOWS and t < 2.0) or settled:
             state = _new_stage_statistics(state)._replace(phase=_i(AVERAGE))
         return state, loop_state
     # AVERAGE
