@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+# ALL_MODELS holds fresh_models.py's too
 __all__ = ["TextbookModel", "MODELS", "LARGER_MODELS", "ALL_MODELS", "mendel_log_evidence"]
 
 PUMP_FAILURES = np.array([5, 1, 5, 14, 3, 19, 1, 1, 4, 22], np.float32)
@@ -372,6 +373,14 @@ LARGER_MODELS = {
         "varying-intercept logistic regression, 10,000 rows, 200 groups x 10 features (simulated)",
     ),
 }
-ALL_MODELS = {**MODELS, **LARGER_MODELS}
+
+
+def _all_models():
+    from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
+
+    return {**MODELS, **LARGER_MODELS, **FRESH_MODELS}
+
+
+ALL_MODELS = _all_models()
 
 assert RAT_TUMORS.size == RAT_GROUP_SIZES.size == 71 and RAT_TUMORS[-1] == 4 and RAT_GROUP_SIZES[-1] == 14

@@ -1,4 +1,4 @@
-"""Time to the answer on twelve NumPyro models: grepvi against SVI and NUTS.
+"""Time to the answer on NumPyro models: grepvi against SVI and NUTS.
 
 One command; every contender runs in a fresh Python process (imports, tracing and XLA
 compilation included, no cache shared), one after another::
@@ -6,6 +6,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py                       # all models, all contenders
     python benchmarks/time_to_answer.py --models pumps mendel --contenders grepvi nuts
     python benchmarks/time_to_answer.py --models claims_10k hierarchical_logistic   # two larger ones
+    python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -202,6 +203,7 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(ALL_MODELS))
+    parser.add_argument("--fresh", action="store_true", help="the ten models of fresh_models.py")
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
@@ -210,6 +212,10 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
+    if args.fresh:
+        from fresh_models import FRESH_MODELS
+
+        args.models = list(FRESH_MODELS)
 
     records = []
     for model in args.models:
