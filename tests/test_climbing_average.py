@@ -163,9 +163,14 @@ def test_a_batch_with_no_finite_elbo_is_left_out_of_the_regression():
     assert controller.batch_trend_t(state) == pytest.approx(controller.elbo_trend_t(medians), rel=1e-9)
 
 
-def _trial(second_curve, trial_steps=300):
-    """A two-rule trial (Adam 0.1 leads with window medians -100, -50, -20 at 75, 100, 200 and
-    300 steps; the natural gradient's given by ``second_curve``): the steps the second rule ran."""
+LEADER_CURVE = {75: -100.0, 100: -50.0, 200: -30.0, 300: -20.0}
+
+
+def _trial(second_curve, trial_steps=300, leader=LEADER_CURVE, tails=None, full=False):
+    """A two-rule trial (Adam 0.1 first, with window medians ``leader`` at 75, 100, 200 and 300
+    steps; the natural gradient's given by ``second_curve``): the steps the second rule ran and
+    the rule kept. ``tails``: ``{(rule, steps): value}``, a tenth of that window's draws put
+    at ``value`` (a collapsed lower tail under an intact median). ``full``: return the state."""
     loop = _Loop({"x": np.zeros(2, np.float32)}, jax.random.key(0))
     candidates = [
         rules.Candidate("adam-0.1", 0, 0.1),
@@ -174,20 +179,23 @@ def _trial(second_curve, trial_steps=300):
     arguments = dict(_arguments(loop), candidates=candidates)
     state = controller.init(loop, 2, 0.1, trial_steps=trial_steps)
     rng = np.random.default_rng(0)
-    leader = {75: -100.0, 100: -50.0, 200: -30.0, 300: -20.0}
-    for curve in (leader, second_curve):
+    for rule, curve in enumerate((leader, second_curve)):
         for done, level in curve.items():
             length = controller.next_window_length(state, STEPS, None)
             assert int(state.trial_done) + length == done, (int(state.trial_done), length, done)
             summary = _window(rng, level, 0.0, elbo_sd=0.01)
+            elbo = summary.elbo[:length].copy()
+            if tails and (rule, done) in tails:
+                elbo[: length // 10] = tails[(rule, done)]
             summary = summary._replace(
-                elbo=summary.elbo[:length],
+                elbo=elbo,
                 finite=summary.finite[:length],
                 nonfinite_latents=summary.nonfinite_latents[:length],
             )
+            loop = loop._replace(params={"x": np.full(2, 1000.0 * rule + done, np.float32)})  # the iterate
             state, loop = controller.update(state, summary, loop, **arguments)
             if int(state.phase) != controller.TRIAL:
-                return int(state.trial_ran[1]), int(state.candidate)
+                return state if full else (int(state.trial_ran[1]), int(state.candidate))
     raise AssertionError("the trial did not end")
 
 
@@ -201,3 +209,50 @@ def test_a_rule_that_trails_once_and_narrowly_is_not_stopped():
     assert ran == 100 and kept == 0
     ran, kept = _trial({75: -150.0, 100: -40.0, 200: -25.0, 300: -15.0})  # 50% behind at once
     assert ran == 75 and kept == 0
+
+
+def test_a_rule_whose_trial_window_falls_or_collapses_is_not_kept():
+    """A candidate whose trial window median falls below its own best trial window (the
+    stages' fall rule), or whose window's lower tail collapses under an intact median, has
+    diverged: it scores ``-inf``, its curve is not the one others are compared with, and a
+    slower rule that stays stable is kept, from its own trial's end. (ADVI on Omniglot's MF:
+    Adam 0.1's median -8.5e7 after 26 steps, -8.7e9 after 97, its 5% quantile -5.9e16; Adam
+    0.01, behind it at 25 steps, was stopped there; Adam 0.1 was kept and its one-draw ELBO
+    stayed near -1e16 for 600 s.)"""
+    slower = {75: -150.0, 100: -90.0, 200: -60.0, 300: -40.0}  # 50% behind the leader at 75
+    ran, kept = _trial(slower)  # a stable leader: the slower rule stops at once
+    assert ran == 75 and kept == 0
+    fell = {75: -100.0, 100: -50.0, 200: -30.0, 300: -3000.0}  # the last window falls 100-fold
+    state = _trial(slower, leader=fell, full=True)
+    assert int(state.trial_ran[1]) == 300 and int(state.candidate) == 1
+    assert state.trial_scores[0] == -np.inf and state.trial_scores[1] == pytest.approx(-40.0, abs=0.1)
+    level = {75: -100.0, 100: -50.0, 200: -30.0, 300: -30.3}  # 1% below its best: no fall
+    ran, kept = _trial(slower, leader=level)
+    assert ran == 75 and kept == 0
+    collapsed = _trial(slower, leader=level, tails={(0, 300): -1e16}, full=True)  # the median intact
+    assert int(collapsed.trial_ran[1]) == 300 and int(collapsed.candidate) == 1
+    assert collapsed.trial_scores[0] == -np.inf
+    # no collapse: a tail 10 magnitudes down; a tail under a median that still climbs (the
+    # climb itself); a candidate's first window
+    ran, kept = _trial(slower, leader=level, tails={(0, 300): -200.0})
+    assert ran == 75 and kept == 0
+    ran, kept = _trial(slower, tails={(0, 300): -1e16})
+    assert ran == 75 and kept == 0
+    ran, kept = _trial({75: -90.0, 100: -45.0, 200: -25.0, 300: -15.0}, tails={(1, 75): -1e16})
+    assert ran == 300 and kept == 1
+
+
+def test_a_first_rule_that_diverges_leads_only_from_the_initial_state():
+    """Where the first candidate diverges before any rule finished its trial, it is the leader
+    only for now, and from the initial state, not from its own diverged iterate: the next
+    candidate, compared with no curve, runs its whole trial and replaces it; where that one
+    diverges too, the first rule is kept and starts again from the initial point (the
+    approach's falls then halve its step)."""
+    early = {75: -100.0, 100: -1e6}  # stopped at 100 steps: its window fell
+    state = _trial({75: -150.0, 100: -90.0, 200: -60.0, 300: -40.0}, leader=early, full=True)
+    assert int(state.trial_ran[0]) == 100 and int(state.trial_ran[1]) == 300
+    assert int(state.candidate) == 1 and state.trial_scores[0] == -np.inf
+    assert np.all(np.asarray(state.best_state.params["x"]) == 1300.0)  # the second rule's own end
+    both = _trial({75: -150.0, 100: -1e7}, leader=early, full=True)
+    assert int(both.candidate) == 0 and np.all(both.trial_scores == -np.inf)
+    assert np.all(np.asarray(both.best_state.params["x"]) == 0.0)  # the initial point, not 100

@@ -818,6 +818,32 @@ def _trails_leader(state: ControllerState, window: _Window, done: int) -> float:
     return 0.0
 
 
+def _trial_diverged(curve: np.ndarray, column: int, window: _Window) -> bool:
+    """Whether a candidate's trial window shows it diverging: its median fell below the best
+    of the candidate's earlier trial windows (``curve[:, :column]``) by the stages' fall rule
+    (``FALL_FRACTION`` of its magnitude, ``FALL_NATS`` and 10 standard errors of that window),
+    or its lower tail collapsed (:func:`_collapsed`) while its median rose no higher than that
+    best. A candidate's first window, and a window whose median climbs past the best, is no
+    collapse: its left tail is the climb itself (the natural gradient on an inverse gamma's
+    tiny mean went from -1e17 to -500 within its first 75 steps: a 5% quantile of -1.6e17
+    under a median of -8.4e9).
+
+    Such a candidate scores ``-inf``: ranked by its last window alone, ADVI's Adam 0.1 on
+    Omniglot's MF (median -8.5e7 after 26 steps, -8.7e9 after 97 with a 5% quantile of -5.9e16)
+    beat Adam 0.01 (-2.4e8 after 25 steps, stopped there as it trailed Adam 0.1's curve), was
+    kept, and the run's one-draw ELBO stayed near -1e16 for 600 s."""
+    medians, ses = curve[0, :column], curve[1, :column]
+    finite = np.isfinite(medians)
+    if not math.isfinite(window.median) or not finite.any():
+        return False
+    best_index = int(np.argmax(np.where(finite, medians, -np.inf)))
+    best, se = float(medians[best_index]), float(ses[best_index])
+    if _collapsed(window) and window.median <= best:
+        return True
+    noise = se if math.isfinite(se) else (window.se if math.isfinite(window.se) else 0.0)
+    return window.median < best - max(FALL_FRACTION * abs(best), 10.0 * noise, FALL_NATS)
+
+
 def _replaces_leader(state: ControllerState, candidates, index: int) -> bool:
     """Candidate ``index``, having run the whole trial, becomes the leader: there is none, it
     is better by two standard errors, or it is ``preferred`` over the leader and not worse by
@@ -847,21 +873,26 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
         curve[:, column] = (window.median, window.se, done)
         state = state._replace(trial_curve=curve)
     ended = sized and done >= int(state.trial_steps)
+    diverged = sized and _trial_diverged(state.trial_curve, min(column, TRIAL_CURVE), window)
     gap = _trails_leader(state, window, done) if sized else 0.0
     trailing = int(state.trailing) + 1 if gap > 0.0 else 0
     state = state._replace(trailing=_i(trailing))
-    stop = gap >= TRIAL_WIDE_GAP or trailing >= 2
+    stop = gap >= TRIAL_WIDE_GAP or trailing >= 2 or diverged
     if (not sized or not ended) and math.isfinite(window.median) and not stop:
         return state, loop_state
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
-    scores[index] = window.median if math.isfinite(window.median) else -math.inf
+    scores[index] = window.median if math.isfinite(window.median) and not diverged else -math.inf
     spreads[index] = window.se if math.isfinite(window.se) else 0.0
     state = state._replace(trial_scores=scores, trial_spreads=spreads)
     leader = int(state.leader)
-    if ended and _replaces_leader(state, candidates, index):
+    if ended and not diverged and _replaces_leader(state, candidates, index):
         state = state._replace(leader=_i(index), leader_state=loop_state, leader_curve=state.trial_curve)
-    elif leader < 0:  # the first candidate stopped early (non-finite): the leader for now
-        state = state._replace(leader=_i(index), leader_state=loop_state)
+    elif leader < 0:
+        # The first candidate stopped early (non-finite, or diverged): the leader for now,
+        # from the start (its own iterate left the region where its steps are stable), and
+        # with no curve the others are compared with.
+        start = initial_state if diverged else loop_state
+        state = state._replace(leader=_i(index), leader_state=start)
     state = state._replace(trial_curve=np.full((3, TRIAL_CURVE), np.nan), trailing=_i(0))
     if index + 1 < len(candidates):
         nxt = candidates[index + 1]
@@ -1212,16 +1243,20 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
     steps = int(state.trial_steps)
     best = "within 2 SE of the best median ELBO (preferred on a tie)" if tie else "best median ELBO"
     note = f"{kept}: {best} after {steps} steps of each of {len(labels)} rules"
+    runs = list(zip(labels, state.trial_ran, state.trial_scores, strict=False))
+    diverged = [
+        f"{label} after {int(ran)}" for label, ran, score in runs if int(ran) > 0 and score == -np.inf
+    ]
     stopped = [
-        f"{label} after {int(ran)}"
-        for label, ran in zip(labels, state.trial_ran, strict=False)
-        if 0 < int(ran) < steps
+        f"{label} after {int(ran)}" for label, ran, score in runs if 0 < int(ran) < steps and score != -np.inf
     ]
     if stopped:
         note += (
             f" ({', '.join(stopped)}: stopped where they trailed the leader by 2 SE, "
             f"by {TRIAL_WIDE_GAP:.0%} once or at two checks in a row)"
         )
+    if diverged:
+        note += f" ({', '.join(diverged)}: diverged, a window's median ELBO fell or its lower tail collapsed)"
     return note
 
 
