@@ -39,6 +39,7 @@ from grepvi import numerics
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Beta, Gamma
+from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
 from grepvi.models.model import Model, value_space_functions
 from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION, INIT_NOISE
@@ -145,7 +146,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
 
     def sample(rng_key, num_observations=None):
         n = num_observations if num_observations is not None else num_observations_default
-        return _simulate(rng_key, int(n), num_dimensions, tuple(sorted(hyperparameters.items())))
+        return _simulate_program()(rng_key, int(n), num_dimensions, tuple(sorted(hyperparameters.items())))
 
     num_observations_default = num_observations
 
@@ -178,7 +179,13 @@ def prepare_data(x) -> dict:
     return {"x": observation_matrix(x, "bernoulli", "x")}
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+@functools.cache
+def _simulate_program():
+    """:func:`_simulate` jitted, static in its sizes and hyperparameters, compiled for compile
+    time (run once per data set: ``once_compiler_options``)."""
+    return jax.jit(_simulate, static_argnums=(1, 2, 3), compiler_options=once_compiler_options())
+
+
 def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
     """Draws ``(binary data, latents)``; ``z`` uniform inside ``(0, 1)``, ``w`` in log space."""
     hyper = dict(hyperparameters)
