@@ -29,8 +29,6 @@ of saturated at 0 or 1, where the Bernoulli log-likelihood of a sum of 100 terms
 order -10 per entry.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,7 +37,7 @@ from grepvi import numerics
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Beta, Gamma
-from grepvi.inference.compilation_cache import once_compiler_options
+from grepvi.inference.compilation_cache import jit_for_compile_time
 from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
 from grepvi.models.model import Model, value_space_functions
 from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION, INIT_NOISE
@@ -146,7 +144,7 @@ def beta_gamma_mf(data, num_factors: int = 100, weight_shape: float = 0.1, weigh
 
     def sample(rng_key, num_observations=None):
         n = num_observations if num_observations is not None else num_observations_default
-        return _simulate_program()(rng_key, int(n), num_dimensions, tuple(sorted(hyperparameters.items())))
+        return _simulate_program(rng_key, int(n), num_dimensions, tuple(sorted(hyperparameters.items())))
 
     num_observations_default = num_observations
 
@@ -179,13 +177,6 @@ def prepare_data(x) -> dict:
     return {"x": observation_matrix(x, "bernoulli", "x")}
 
 
-@functools.cache
-def _simulate_program():
-    """:func:`_simulate` jitted, static in its sizes and hyperparameters, compiled for compile
-    time (run once per data set: ``once_compiler_options``)."""
-    return jax.jit(_simulate, static_argnums=(1, 2, 3), compiler_options=once_compiler_options())
-
-
 def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
     """Draws ``(binary data, latents)``; ``z`` uniform inside ``(0, 1)``, ``w`` in log space."""
     hyper = dict(hyperparameters)
@@ -200,3 +191,7 @@ def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
     probability = jax.nn.sigmoid(logit(z) @ w)
     observed = jax.random.bernoulli(key_x, probability).astype(jnp.float32)
     return observed, {"z": z, "w": w}
+
+
+# run once per data set: compiled for compile time, static in the sizes and hyperparameters
+_simulate_program = jit_for_compile_time(_simulate, static_argnums=(1, 2, 3))

@@ -41,8 +41,6 @@ with unconstrained shape ``0.5`` and mean ``0`` plus ``0.1`` noise, i.e. shape `
 jitter of 0.1) to break the symmetry between factors.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,7 +50,7 @@ from grepvi import numerics
 from grepvi.data.observations import observation_matrix
 from grepvi.errors import ConfigError
 from grepvi.families import Gamma
-from grepvi.inference.compilation_cache import once_compiler_options
+from grepvi.inference.compilation_cache import jit_for_compile_time
 from grepvi.models.factors import Factor, gamma_log_density_log_space, log_joint
 from grepvi.models.model import Model, value_space_functions
 from grepvi.validation import positive_float
@@ -219,7 +217,7 @@ def sparse_gamma_def(
 
     def sample(rng_key, num_observations=None):
         n = num_observations if num_observations is not None else num_observations_default
-        return _simulate_program()(rng_key, int(n), num_dimensions, tuple(sorted(hyperparameters.items())))
+        return _simulate_program(rng_key, int(n), num_dimensions, tuple(sorted(hyperparameters.items())))
 
     num_observations_default = num_observations
 
@@ -256,13 +254,6 @@ def prepare_data(x) -> dict:
 @jax.jit
 def _log_factorial(x):
     return gammaln(x + 1.0)
-
-
-@functools.cache
-def _simulate_program():
-    """:func:`_simulate` jitted, static in its sizes and hyperparameters, compiled for compile
-    time (run once per data set: ``once_compiler_options``)."""
-    return jax.jit(_simulate, static_argnums=(1, 2, 3), compiler_options=once_compiler_options())
 
 
 def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
@@ -306,3 +297,7 @@ def _simulate(rng_key, num_observations, num_dimensions, hyperparameters):
     poisson_rate = jnp.clip(values["z1"] @ values["W0"], 0.0, MAX_SAMPLED_RATE)
     counts = jax.random.poisson(key_poisson, poisson_rate).astype(jnp.float32)
     return counts, values
+
+
+# run once per data set: compiled for compile time, static in the sizes and hyperparameters
+_simulate_program = jit_for_compile_time(_simulate, static_argnums=(1, 2, 3))
