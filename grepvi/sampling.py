@@ -115,6 +115,7 @@ import numpy as np
 
 from grepvi import threefry
 from grepvi.errors import ConfigError
+from grepvi.fusion_boundary import computed_once, predicate_of
 
 __all__ = ["log_gamma", "log_gamma_reference", "with_one_gamma_draw"]
 
@@ -291,6 +292,8 @@ def _resolve_dtype(shape, dtype):
 TINY_SIZE = 256
 SMALL_SIZE = 1024
 SMALL_PROPOSALS = 8
+# proposal normals up to this many (the tiny path's): computed once (:mod:`grepvi.fusion_boundary`)
+BOUNDARY_SIZE = SMALL_PROPOSALS * TINY_SIZE
 GATHERED_SIZE = 16_384
 # Random words per call above which the bits come from grepvi.threefry (fused): 3 words per
 # element of the large path's first stage, so only arrays of more than 10,000 elements, whose
@@ -367,7 +370,9 @@ def _marsaglia_tsang_from_uniforms(alpha, uniform_for_normal, uniform, fallback=
     dtype = alpha.dtype
     d = alpha - 1 / 3
     c = jax.lax.rsqrt(9 * d)
-    normal = _normal_from_uniform(uniform_for_normal)
+    # read by the proposal's three terms and the fallback: in memory once (small draws only,
+    # :mod:`grepvi.fusion_boundary`; the predicate from alpha, unbatched where draws are vmapped)
+    normal = computed_once(_normal_from_uniform(uniform_for_normal), predicate_of(alpha), BOUNDARY_SIZE)
     log_v, accepted = _proposal(normal, uniform, d, c)
     if fallback:
         positive = c * normal > -1

@@ -65,6 +65,7 @@ def test_families_and_math_are_the_bottom(edges):
         "grepvi.families",
         "grepvi.numerics",
         "grepvi.errors",
+        "grepvi.fusion_boundary",
         "grepvi.sampling",
         "grepvi.threefry",
         "grepvi.validation",

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from grepvi.errors import ConfigError
 from grepvi.families.base import Family
+from grepvi.fusion_boundary import SMALL_TREE_ELEMENTS, computed_once, predicate_of
 from grepvi.target import Target
 
 __all__ = [
@@ -117,7 +118,14 @@ def get_estimator(name_or_estimator, **options) -> Estimator:
 
 def sample_standardized(rng_key, params, families, sample_shape=()):
     """One standardized draw ``eps = T^{-1}(z; v)`` per latent, no gradient; the gamma draws of
-    every latent from one call of the sampler (:func:`grepvi.sampling.with_one_gamma_draw`)."""
+    every latent from one call of the sampler (:func:`grepvi.sampling.with_one_gamma_draw`).
+
+    Up to :data:`~grepvi.fusion_boundary.SMALL_TREE_ELEMENTS` elements the draws are computed
+    once into memory (:func:`~grepvi.fusion_boundary.computed_once`, its predicate from
+    ``params``, unbatched where the draws are vmapped): the transform, the log joint's
+    derivative, the correction and the entropy each read them, and XLA otherwise recomputed a
+    normal's ``erf_inv`` inside each of its consumers.
+    """
     from grepvi.sampling import with_one_gamma_draw
 
     def draw(key):
@@ -127,7 +135,8 @@ def sample_standardized(rng_key, params, families, sample_shape=()):
             for key, (name, family) in zip(keys, sorted(families.items()), strict=True)
         }
 
-    return with_one_gamma_draw(draw, rng_key)
+    eps = with_one_gamma_draw(draw, rng_key)
+    return computed_once(eps, predicate_of(params), SMALL_TREE_ELEMENTS)
 
 
 def transform_all(params, eps, families, log_space: bool = False):

@@ -18,6 +18,7 @@ import optax
 from grepvi.errors import FlatLatentWarning, ModelError
 from grepvi.estimators.base import Estimator, sample_standardized, transform_all
 from grepvi.families.base import Family
+from grepvi.fusion_boundary import computed_once
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.target import Target, bind_data, inputs_at_means
 from grepvi.validation import floating_scalar
@@ -284,13 +285,10 @@ def materialize_gradient(grad, predicate):
     not help). A conditional on a runtime ``predicate`` (always true) is a fusion boundary
     and makes XLA keep the gradient in memory (its other branch is ``leaf + 0``; with
     ``jnp.copy`` there the step took 25 ms). Other backends get ``grad`` as is: a
-    conditional on a GPU costs a device-to-host transfer of the predicate.
+    conditional on a GPU costs a device-to-host transfer of the predicate
+    (:func:`grepvi.fusion_boundary.computed_once`).
     """
-    if jax.default_backend() != "cpu":
-        return grad
-    return jax.lax.cond(
-        predicate, lambda tree: tree, lambda tree: jax.tree_util.tree_map(lambda leaf: leaf + 0, tree), grad
-    )
+    return computed_once(grad, predicate)
 
 
 def repeated_estimate(estimate, repeats):
