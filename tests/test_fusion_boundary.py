@@ -90,3 +90,9 @@ def test_standardized_draws_are_the_same_with_and_without_the_boundary(monkeypat
         np.testing.assert_allclose(
             np.asarray(with_boundary[name]), np.asarray(without[name]), rtol=1e-6, atol=1e-7
         )
+
+
+def test_an_anchor_without_elements_gives_a_true_predicate():
+    assert bool(predicate_of({"empty": jnp.zeros((0,)), "none": None}))
+    tree = jnp.array([2.0])
+    np.testing.assert_array_equal(np.asarray(computed_once(tree, predicate_of({}))), [2.0])
