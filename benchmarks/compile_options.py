@@ -31,6 +31,27 @@ OPTION_SETS = {
     "O0": {"xla_backend_optimization_level": 0},
     "legacy-emitters-O1": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1},
     "legacy-emitters-O0": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0},
+    "small": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2},
+    "small-split2": {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_backend_optimization_level": 2,
+        "xla_cpu_parallel_codegen_split_count": 2,
+    },
+    "small-cheap-llvm": {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_backend_optimization_level": 2,
+        "xla_llvm_disable_expensive_passes": True,
+    },
+    "O1-cheap-llvm": {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_backend_optimization_level": 1,
+        "xla_llvm_disable_expensive_passes": True,
+    },
+    "O0-cheap-llvm": {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_backend_optimization_level": 0,
+        "xla_llvm_disable_expensive_passes": True,
+    },
 }
 
 

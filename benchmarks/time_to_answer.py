@@ -202,8 +202,8 @@ def main(argv=None):
     from textbook_models import ALL_MODELS, MODELS, mendel_log_evidence
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(ALL_MODELS))
-    parser.add_argument("--fresh", action="store_true", help="the ten models of fresh_models.py")
+    parser.add_argument("--models", nargs="+", choices=list(ALL_MODELS), help="default: the textbook twelve")
+    parser.add_argument("--fresh", action="store_true", help="the ten of fresh_models.py (without --models)")
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
@@ -212,10 +212,12 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.fresh:
+    if args.models is None and args.fresh:
         from fresh_models import FRESH_MODELS
 
         args.models = list(FRESH_MODELS)
+    elif args.models is None:
+        args.models = list(MODELS)
 
     records = []
     for model in args.models:
