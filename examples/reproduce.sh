@@ -5,7 +5,7 @@
 set -euo pipefail
 BUDGET=${1:-600}
 OUT=${2:-runs}
-COMMON=(--time-budget "$BUDGET" --eval-samples 100 --refit-steps 2000 --elbo-every 10)
+COMMON=(--time-budget "$BUDGET" --eval-samples 100 --refit-steps 2000 --elbo-every 100)
 
 # Figure 1 (ELBO vs time), Figure 2b (test log-likelihood), Table 1 (time per iteration, eta):
 grepvi compare --model sparse-gamma-def --dataset olivetti --estimators grep,advi,bbvi "${COMMON[@]}" --out "$OUT/olivetti"
