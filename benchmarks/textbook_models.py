@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-# ALL_MODELS holds fresh_models.py's too
+# ALL_MODELS holds fresh_models.py's and unseen_models.py's too
 __all__ = ["TextbookModel", "MODELS", "LARGER_MODELS", "ALL_MODELS", "mendel_log_evidence"]
 
 PUMP_FAILURES = np.array([5, 1, 5, 14, 3, 19, 1, 1, 4, 22], np.float32)
@@ -377,8 +377,9 @@ LARGER_MODELS = {
 
 def _all_models():
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
+    from unseen_models import UNSEEN_MODELS
 
-    return {**MODELS, **LARGER_MODELS, **FRESH_MODELS}
+    return {**MODELS, **LARGER_MODELS, **FRESH_MODELS, **UNSEEN_MODELS}
 
 
 ALL_MODELS = _all_models()

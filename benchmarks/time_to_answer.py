@@ -7,6 +7,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --models pumps mendel --contenders grepvi nuts
     python benchmarks/time_to_answer.py --models claims_10k hierarchical_logistic   # two larger ones
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
+    python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -204,6 +205,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(ALL_MODELS), help="default: the textbook twelve")
     parser.add_argument("--fresh", action="store_true", help="the ten of fresh_models.py (without --models)")
+    parser.add_argument(
+        "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
+    )
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
@@ -212,7 +216,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.fresh:
+    if args.models is None and args.unseen:
+        from unseen_models import UNSEEN_MODELS
+
+        args.models = list(UNSEEN_MODELS)
+    elif args.models is None and args.fresh:
         from fresh_models import FRESH_MODELS
 
         args.models = list(FRESH_MODELS)
