@@ -30,11 +30,11 @@ def _worker(model_name: str, budget: float, out: str) -> None:
     import numpy as np
 
     sys.path.insert(0, str(HERE))
-    from textbook_models import MODELS
+    from textbook_models import ALL_MODELS
 
     from grepvi.interop.numpyro_model import from_numpyro
 
-    entry = MODELS[model_name]
+    entry = ALL_MODELS[model_name]
     args = tuple(jax.numpy.asarray(a) for a in entry.args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -70,12 +70,12 @@ def _distance(model, short, long) -> float:
     import numpy as np
 
     sys.path.insert(0, str(HERE))
-    from textbook_models import MODELS
+    from textbook_models import ALL_MODELS
 
     from grepvi.interop.numpyro_model import from_numpyro
     from grepvi.optim.natural_gradient import fisher_mean_quad
 
-    entry = MODELS[model]
+    entry = ALL_MODELS[model]
     families = from_numpyro(entry.model, *(jnp.asarray(a) for a in entry.args)).families
     is_list = lambda x: isinstance(x, list)  # noqa: E731 - the JSON's arrays
     to = lambda tree: jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), tree, is_leaf=is_list)  # noqa: E731
@@ -90,10 +90,10 @@ def _distance(model, short, long) -> float:
 
 def main(argv=None):
     sys.path.insert(0, str(HERE))
-    from textbook_models import MODELS
+    from textbook_models import ALL_MODELS, MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(ALL_MODELS))
     parser.add_argument("--budgets", nargs="+", type=float, default=[10.0, 30.0])
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
