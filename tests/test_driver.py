@@ -612,3 +612,79 @@ def test_a_dropped_trial_candidates_skipped_steps_are_not_the_answers():
     assert trace.skipped == 7
     assert trace.skipped_on_path(0) == (3, ["a"])
     assert trace.skipped_on_path(None) == (7, ["a", "b"])
+
+
+# --- the approach after the trial ---------------------------------------------------------------
+
+
+def _trial_of_three(params):
+    """A controller at the start of a 100-step trial of three Adam rates (the selected rule is
+    recorded in the loop state, as the switch's index is)."""
+
+    class State(NamedTuple):
+        params: dict
+        rng_key: jax.Array
+        rule: int
+        rate: float
+
+    loop = State(params, jax.random.key(0), 0, 0.1)
+    candidates = [rules.Candidate(f"adam-{r:g}", 0, r) for r in (0.1, 1.0, 0.01)]
+    kwargs = dict(
+        settings=controller.AdaptiveSettings(),
+        candidates=candidates,
+        initial_state=loop,
+        select=lambda s, i, rho, repeats=1: s._replace(rule=i, rate=rho),
+        distance=lambda p, d: 0.0,
+    )
+    return controller.init(loop, 3, 0.1, trial_steps=100), loop, kwargs
+
+
+def _window(level, params, spread=1e3, seed=0, steps=100):
+    elbo = level + np.random.default_rng(seed).normal(0.0, spread, steps)
+    return controller.WindowSummary(elbo, np.ones(steps, bool), np.zeros((steps, 1), bool), params)
+
+
+def _run_trial(state, loop, kwargs, levels):
+    """Each candidate's trial: a window of 25 steps (the trial's check) at its first median
+    ELBO, then, unless the check stopped it, 75 at its second (the one scored)."""
+    for index, (first, second) in enumerate(levels):
+        for steps, level in ((25, first), (75, second)):
+            if int(state.candidate) != index or int(state.phase) != controller.TRIAL:
+                break
+            params = {"x": np.full(2, 10 * index + steps, np.float32)}
+            window = _window(level, params, seed=steps, steps=steps)
+            state, loop = controller.update(state, window, loop, **kwargs)
+    return state, loop
+
+
+def test_a_rule_that_falls_in_its_first_window_after_the_trial_hands_over_to_the_runner_up():
+    """ADVI on Omniglot on one core: Adam 0.1 led its 46-step trial and its next window's
+    median was -8e16. The approach starts with the kept rule's trial score as its best, so
+    that window is a fall; the runner-up (here Adam 0.01; Adam 1 diverged) goes on from the
+    kept rule's trial state, at its own rate, and the record says so."""
+    state, loop, kwargs = _trial_of_three({"x": np.zeros(2, np.float32)})
+    levels = [(-9e7, -4.5e7), (-1e12, -1e12), (-1e8, -1.4e8)]  # Adam 1 stops at the check
+    state, loop = _run_trial(state, loop, kwargs, levels)
+    assert int(state.phase) == controller.APPROACH and int(state.candidate) == 0
+    assert math.isclose(float(state.best_elbo), -4.5e7, rel_tol=1e-3)
+    trial_end = loop
+    fallen = _window(-8e16, {"x": np.full(2, -1.0, np.float32)}, spread=1e16)
+    state, restored = controller.update(state, fallen, loop, **kwargs)
+    assert int(state.candidate) == 2 and math.isclose(float(state.step_size), 0.01)
+    assert (restored.rule, restored.rate) == (2, 0.01) and int(state.restarts) == 1
+    np.testing.assert_array_equal(restored.params["x"], trial_end.params["x"])
+    record = controller.convergence(state, kwargs["candidates"], kwargs["settings"])
+    assert record.direction == "adam-0.01" and "adam-0.1 led, fell" in record.trial_note
+    # a later fall halves the step of the rule that runs, as before
+    state, loop = controller.update(state, _window(-4e7, trial_end.params), restored, **kwargs)
+    state, _ = controller.update(state, _window(-9e7, trial_end.params), loop, **kwargs)
+    assert int(state.candidate) == 2 and math.isclose(float(state.step_size), 0.005)
+
+
+def test_a_rule_that_goes_on_climbing_after_the_trial_keeps_its_step():
+    """The same trial, the kept rule's next window above its trial score: no fall, no change."""
+    state, loop, kwargs = _trial_of_three({"x": np.zeros(2, np.float32)})
+    state, loop = _run_trial(state, loop, kwargs, [(-9e7, -4.5e7), (-1e12, -1e12), (-1e8, -1.4e8)])
+    state, _ = controller.update(state, _window(-4.4e7, loop.params), loop, **kwargs)
+    assert int(state.candidate) == 0 and math.isclose(float(state.step_size), 0.1)
+    assert int(state.restarts) == 0 and math.isclose(float(state.best_elbo), -4.4e7, rel_tol=1e-3)

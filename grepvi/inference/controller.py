@@ -901,8 +901,43 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
     kept = int(state.leader)
     rho = candidates[kept].step_size
     start = select(state.leader_state, kept, rho)
-    state = state._replace(phase=_i(APPROACH), candidate=_i(kept), step_size=_f(rho), best_state=start)
+    # The kept rule's scored window is the approach's best so far (its state is where the
+    # approach starts): a first window far below it is a fall (:func:`_stage_update`).
+    score = float(state.trial_scores[kept])
+    best = score if math.isfinite(score) else -math.inf
+    state = state._replace(
+        phase=_i(APPROACH),
+        candidate=_i(kept),
+        step_size=_f(rho),
+        best_state=start,
+        best_elbo=_f(best),
+        best_se=_f(float(state.trial_spreads[kept]) if math.isfinite(best) else math.nan),
+    )
     return _new_stage_statistics(state), start
+
+
+def _runner_up(state: ControllerState, candidates) -> int | None:
+    """The trial's best-scored rule other than the one running (None: no other finite score)."""
+    current = int(state.candidate)
+    scores = [
+        (float(score), index)
+        for index, score in enumerate(state.trial_scores[: len(candidates)])
+        if index != current and math.isfinite(float(score))
+    ]
+    return max(scores)[1] if scores else None
+
+
+def _first_after_trial(state: ControllerState) -> bool:
+    """The window is the first of the approach that follows the trial (no restart, no stage
+    ended, no window recorded yet), and the trial ran."""
+    return (
+        int(state.phase) == APPROACH
+        and int(state.stage) == 0
+        and int(state.restarts) == 0
+        and int(state.num_medians) == 0
+        and int(state.trial_steps) > 0
+        and not bool(state.skipped_trial)
+    )
 
 
 def _stage_update(state, window, summary, loop_state, settings, candidates, select, distance, max_repeats=1):
@@ -914,6 +949,22 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     best = float(state.best_elbo)
     fell = window.good < 0.5 * window.steps or _collapsed(window) or _fell_below_best(state, window)
     mean_params = _as_host(summary.mean_params)
+    runner_up = _runner_up(state, candidates) if fell and candidates and _first_after_trial(state) else None
+    if runner_up is not None:
+        # The kept rule fell in its first window after the trial: the trial was too short to
+        # show its instability (ADVI on Omniglot, one core: Adam 0.1 led after 46 steps and
+        # its next window's median was -8e16; halving from there took every window of the
+        # budget). The runner-up ran as long without falling: it goes on from the kept
+        # rule's trial state.
+        rho = candidates[runner_up].step_size
+        restored = select(state.best_state, runner_up, rho, repeats)._replace(rng_key=loop_state.rng_key)
+        state = state._replace(
+            phase=_i(APPROACH),
+            candidate=_i(runner_up),
+            step_size=_f(rho),
+            restarts=_i(int(state.restarts) + 1),
+        )
+        return _new_stage_statistics(state), restored
     if fell and rho > base * 2.0**-12:
         rho /= 2.0
         restored = select(state.best_state, int(state.candidate), rho, repeats)._replace(
@@ -1257,6 +1308,9 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
         )
     if diverged:
         note += f" ({', '.join(diverged)}: diverged, a window's median ELBO fell or its lower tail collapsed)"
+    leader = int(state.leader)
+    if 0 <= leader < len(labels) and labels[leader] != kept:
+        note += f"; {labels[leader]} led, fell in its first window after the trial, and {kept} took over"
     return note
 
 
