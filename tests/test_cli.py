@@ -153,6 +153,18 @@ def test_fit_from_a_data_file_and_report(tmp_path, fitted, capsys):
     assert len(table) == 3  # header + two runs
 
 
+def test_a_report_of_a_default_run_beside_a_fixed_eta_run_labels_both(tmp_path, fitted, capsys):
+    """``examples/reproduce.sh``'s report holds the Olivetti G-REP run of the default procedure
+    and the samples sweep's Eq. 9 runs of the same model, data and estimator; the label of the
+    default run formatted its step size, None, and the whole report failed."""
+    fixed = tmp_path / "fixed"
+    assert _fit(fixed, "--num-steps", "20", "--step-size", "0.5", "--refit-steps", "0", "--quiet") == 0
+    capsys.readouterr()
+    assert cli.main(["report", str(fitted), str(fixed), "--out", str(tmp_path / "report")]) == 0
+    printed = capsys.readouterr().out
+    assert "ADVI, default procedure" in printed and "ADVI, η=0.5" in printed
+
+
 def test_compare_with_eta_search_and_samples_sweep(tmp_path, capsys):
     out = tmp_path / "compare"
     code = cli.main(

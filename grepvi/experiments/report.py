@@ -228,7 +228,8 @@ def _label(run: RunRecord, runs) -> str:
         if len(samples) > 1:
             label += f", S={run.num_samples}"
         if len(etas) > 1:
-            label += f", η={run.options.get('step_size'):g}"
+            step_size = run.options.get("step_size")
+            label += ", default procedure" if step_size is None else f", η={step_size:g}"
     return label
 
 
