@@ -1293,6 +1293,9 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
         return f"{kept}: trial not run"
     steps = int(state.trial_steps)
     best = "within 2 SE of the best median ELBO (preferred on a tie)" if tie else "best median ELBO"
+    leader = int(state.leader)
+    if 0 <= leader < len(labels) and labels[leader] != kept:
+        best = f"next best ({labels[leader]} led, and fell in its first window after the trial)"
     note = f"{kept}: {best} after {steps} steps of each of {len(labels)} rules"
     runs = list(zip(labels, state.trial_ran, state.trial_scores, strict=False))
     diverged = [
@@ -1308,9 +1311,6 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
         )
     if diverged:
         note += f" ({', '.join(diverged)}: diverged, a window's median ELBO fell or its lower tail collapsed)"
-    leader = int(state.leader)
-    if 0 <= leader < len(labels) and labels[leader] != kept:
-        note += f"; {labels[leader]} led, fell in its first window after the trial, and {kept} took over"
     return note
 
 
