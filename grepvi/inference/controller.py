@@ -950,27 +950,21 @@ def _stage_update(state, window, summary, loop_state, settings, candidates, sele
     fell = window.good < 0.5 * window.steps or _collapsed(window) or _fell_below_best(state, window)
     mean_params = _as_host(summary.mean_params)
     runner_up = _runner_up(state, candidates) if fell and candidates and _first_after_trial(state) else None
-    if runner_up is not None:
-        # The kept rule fell in its first window after the trial: the trial was too short to
-        # show its instability (ADVI on Omniglot, one core: Adam 0.1 led after 46 steps and
-        # its next window's median was -8e16; halving from there took every window of the
-        # budget). The runner-up ran as long without falling: it goes on from the kept
-        # rule's trial state.
-        rho = candidates[runner_up].step_size
-        restored = select(state.best_state, runner_up, rho, repeats)._replace(rng_key=loop_state.rng_key)
+    if runner_up is not None or (fell and rho > base * 2.0**-12):
+        # A fall restores the best state and halves the step; where the kept rule fell in its
+        # first window after the trial, the trial was too short to show its instability (ADVI
+        # on Omniglot, one core: Adam 0.1 led after 46 steps and its next window's median was
+        # -8e16; halving from there took every window of the budget), and the runner-up, which
+        # ran as long without falling, goes on from the kept rule's trial state instead.
+        candidate = int(state.candidate) if runner_up is None else runner_up
+        rho = rho / 2.0 if runner_up is None else candidates[runner_up].step_size
+        restored = select(state.best_state, candidate, rho, repeats)._replace(rng_key=loop_state.rng_key)
         state = state._replace(
             phase=_i(APPROACH),
-            candidate=_i(runner_up),
+            candidate=_i(candidate),
             step_size=_f(rho),
             restarts=_i(int(state.restarts) + 1),
         )
-        return _new_stage_statistics(state), restored
-    if fell and rho > base * 2.0**-12:
-        rho /= 2.0
-        restored = select(state.best_state, int(state.candidate), rho, repeats)._replace(
-            rng_key=loop_state.rng_key
-        )
-        state = state._replace(phase=_i(APPROACH), step_size=_f(rho), restarts=_i(int(state.restarts) + 1))
         return _new_stage_statistics(state), restored
     if window.median > best:
         # The window's mean iterate, not its last: an instability that starts at the end of
