@@ -10,6 +10,13 @@ As in numpyro's ``test/conftest.py``: ``GREPVI_TEST_X64=1 pytest`` runs the whol
 import os
 
 os.environ["JAX_PLATFORMS"] = os.environ.get("GREPVI_TEST_PLATFORM", "cpu")  # before JAX starts
+# The tests' own programs (a vmap of an estimator over 200 keys, say) are compiled once and run
+# briefly: LLVM at -O0 compiles them in a third to a half of the time (test_log_space.py's
+# value-space/log-space comparisons 26 -> 6 s). The fits' step programs keep the library's own
+# options (grepvi.inference.compilation_cache.step_compiler_options), which name the level
+# explicitly: long fits run at the speed a user gets. A user's XLA_FLAGS is left as it is.
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
 # One persistent compilation cache for the session's fits and CLI runs (the same small models
 # compile in many tests); a fresh folder per session, so no test reads an older run's programs.
 if "GREPVI_COMPILATION_CACHE" not in os.environ:

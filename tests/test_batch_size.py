@@ -141,6 +141,7 @@ TINY = ["--model", "sparse-gamma-def", "--dataset", "synthetic", "--synthetic-si
         "--estimator", "advi", "--num-steps", "40", "--step-size", "0.1"]  # fmt: skip
 
 
+@pytest.mark.slow  # 48 s on CI; fit's chosen batch stays in the fast tier
 def test_cli_default_is_auto_and_reports_the_batch(tmp_path, monkeypatch, capsys):
     """``grepvi fit`` without ``--batch-size`` chooses: every row here (``metrics.json``'s
     ``batch_size`` null); with the limits lowered, the chosen batch (said on the terminal and

@@ -328,6 +328,7 @@ from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
 from grepvi.interop.numpyro_zoo import ZOO  # noqa: E402
 
 
+@pytest.mark.slow  # 58 s on CI; the draws cap and the other bitwise resumes stay in the fast tier
 def test_rat_tumours_raise_their_draws_and_a_resumed_run_is_bitwise_the_whole():
     model, data = ZOO["rats"]
     adapted = from_numpyro(model, *data)

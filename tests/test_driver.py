@@ -561,7 +561,11 @@ def _poisson_rate_model(counts, a=2.0, b=1.0):
     )
 
 
-@pytest.mark.parametrize("step_size", [None, 0.5], ids=["default-procedure", "fixed-schedule"])
+@pytest.mark.parametrize(
+    "step_size",
+    [pytest.param(None, marks=pytest.mark.slow), 0.5],  # the default procedure: 64 s on CI
+    ids=["default-procedure", "fixed-schedule"],
+)
 def test_minibatch_fit_of_a_conjugate_model_lands_on_the_exact_posterior(step_size):
     """``grepvi.fit(model, batch_size=B)``: 10 of 200 rows per step, 20,000 steps at most. Under
     minibatch noise the default procedure's average lands within 2% of the exact posterior's

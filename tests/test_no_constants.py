@@ -97,6 +97,7 @@ def test_fit_programs_take_the_data_as_an_argument(programs):
     _assert_small(programs, 2)  # one window program per fit (the default procedure's rules share it)
 
 
+@pytest.mark.slow  # 59 s on CI; the fits' and the minibatch programs' tests stay in the fast tier
 def test_command_line_programs_take_the_data_as_an_argument(programs, tmp_path):
     common = ["--dataset", "synthetic", "--synthetic-size", f"{ROWS},{ROWS},{COLUMNS}", "--quiet"]
     common += ["--eval-samples", "3", "--refit-steps", "20", "--chunk-size", "10"]

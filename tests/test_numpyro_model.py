@@ -32,7 +32,7 @@ def _point(model, seed=0):
     return point
 
 
-@pytest.mark.parametrize("name", ["sparse_gamma_def", "beta_gamma_mf"])
+@pytest.mark.parametrize("name", [pytest.param("sparse_gamma_def", marks=pytest.mark.slow), "beta_gamma_mf"])
 def test_the_paper_models_in_numpyro_have_grepvis_local_log_joints(name):
     """The same model written in NumPyro: the same blankets (read off its plates) and the same
     local log joint for every element of every latent, and the same log joint."""

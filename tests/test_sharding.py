@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np
@@ -123,6 +125,7 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # 29 s on CI; the one-process sharded steps stay in the fast tier
 def test_two_processes_reproduce_one_process(tmp_path):
     """``jax.distributed`` on localhost: two processes, each holding half of the rows, give the
     parameters of one process holding all of them (five Adam steps, same seed)."""
