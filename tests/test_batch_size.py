@@ -100,6 +100,7 @@ def test_batch_is_bounded_by_the_rows(monkeypatch):
     assert batch_size.automatic_batch_size(small, _families(small, estimator), estimator, "cpu") is None
 
 
+@pytest.mark.slow  # 29 s on CI; the batch rule's own tests stay in the fast tier
 def test_fit_runs_the_chosen_batch(monkeypatch):
     """``fit``'s default runs minibatch VI at the chosen size where the step is large (its
     state is minibatch VI's, its per-step ELBOs the batches' estimates, noisier than the full

@@ -13,6 +13,7 @@ written in log space.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import grepvi
 from grepvi import testing
@@ -87,6 +88,7 @@ def _log(z):
 _log.defvjp(lambda z: (jnp.log(z), z), lambda z, g: (g / z,))
 
 
+@pytest.mark.slow  # 20 s on CI
 def test_a_model_without_forward_mode_is_extended_in_reverse_mode():
     """A value-space model with a ``custom_vjp`` function (no ``jvp``; the DEF's
     ``log_matmul_exp`` is one) gets the extension from one gradient of its log joint: here,

@@ -237,6 +237,7 @@ def test_refusals_exit_2_with_a_message_and_leave_output_alone(fitted, tmp_path,
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 19 s on CI; test_refusals_exit_2_with_a_message_and_leave_output_alone refuses one too
 def test_checkpoint_from_another_configuration_is_refused(fitted, tmp_path, capsys):
     other = tmp_path / "other"
     assert _fit(other, "--num-steps", "10", "--step-size", "0.05") == 0

@@ -394,6 +394,7 @@ def test_the_default_draws_cap_follows_the_tolerance():
         cap((3,), controller.AdaptiveSettings(max_draws=0))
 
 
+@pytest.mark.slow  # 32 s on CI
 def test_a_run_stops_at_its_draws_cap_with_the_accuracy_it_reached():
     """The draws the averaging phases spent, counted in the state (steps x repeats x the base
     draws; the trial's and the approaches' are not counted), stop the run at the first window

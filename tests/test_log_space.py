@@ -126,6 +126,7 @@ def test_log_space_estimators_unbiased_where_values_clamp(estimator_name, model_
     assert check.max_abs_z() < MAX_STANDARD_ERRORS, f"z-scores {check.z_scores}"
 
 
+@pytest.mark.slow  # 17 s on CI; test_estimators_unbiased's implicit beta stays in the fast tier
 def test_implicit_beta_unbiased_in_log_space_biased_in_values():
     """Implicit reparameterization of a beta at concentrations 0.3, 0.5, 1 (the other 0.7 x):
     in log space the mean of 40,000 float32 draws is within 5 SE of the exact gradient; with

@@ -116,6 +116,7 @@ def test_the_average_batch_gradient_is_the_full_data_gradient(name):
             np.testing.assert_allclose(np.asarray(value) / problem.scale, rows, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # 38 s on CI; the default minibatch fit's running baseline test stays in the fast tier
 def test_a_subsampled_fit_lands_on_the_exact_posterior_and_the_full_data_fit():
     """Gamma(2, 1) prior on a Poisson rate, 400 rows, 40 per step, the default procedure capped
     at 20,000 steps: means within 0.1 posterior sd of the exact posterior and of the full-data

@@ -516,6 +516,7 @@ def _plated_model():
     return model, counts
 
 
+@pytest.mark.slow  # 33 s on CI; GrepELBO's gradient test stays in the fast tier
 def test_grep_guide_has_numpyros_event_dims_under_its_elbos_and_predictive():
     """One loss of each of NumPyro's ELBOs (and GrepELBO) with GrepGuide on a plated model, and
     ``Predictive``: before, Trace_ELBO raised "Model and guide event_dims disagree"."""

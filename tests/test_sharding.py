@@ -163,6 +163,7 @@ def test_two_processes_reproduce_one_process(tmp_path):
         np.testing.assert_allclose(distributed[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow  # 13 s on CI; the sharded steps' test stays in the fast tier
 def test_docstring_examples():
     import doctest
 

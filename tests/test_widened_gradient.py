@@ -62,6 +62,7 @@ def test_gradient_where_float32_is_finite_is_unchanged():
 
 
 @pytest.mark.filterwarnings("ignore::grepvi.errors.NonFiniteStepWarning")
+@pytest.mark.slow  # 13 s on CI; the widened fits' tests stay in the fast tier
 def test_a_step_of_several_draws_widens(monkeypatch):
     # the draws of a step are vmapped: the widened gradient's cond becomes a select whose
     # batching rule re-traces the float64 branch where the cond is bound; with x64 off there
