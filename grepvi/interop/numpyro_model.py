@@ -597,10 +597,14 @@ def _uniform_or_prior(site):
 
 
 def _sample_sites(trace):
+    """The model's sample sites, ``numpyro.factor``'s included: a factor is an observed site
+    marked auxiliary (a ``Unit`` distribution whose ``log_prob`` is the factor), and NumPyro's
+    own ``log_density`` counts it. Only a latent auxiliary site (a guide's) is left out."""
     return {
         name: site
         for name, site in trace.items()
-        if site["type"] == "sample" and not site.get("infer", {}).get("is_auxiliary", False)
+        if site["type"] == "sample"
+        and (site["is_observed"] or not site.get("infer", {}).get("is_auxiliary", False))
     }
 
 
@@ -676,9 +680,12 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             axis_sizes[axis] = size
             axes.append(axis)
         for j in range(event_ndim):
+            if observed and shape[len(batch_shape) + j] == 0:  # numpyro.factor: Unit's empty event
+                continue
             axis = f"{name}:event{j}"
             axis_sizes[axis] = shape[len(batch_shape) + j]
             axes.append(axis)
+        event_ndim = len(axes) - len(batch_shape)
         frames = tuple((frame.name, int(frame.size), int(frame.dim)) for frame in site["cond_indep_stack"])
         sites[name] = SiteInfo(name, observed, tuple(axes), shape, event_ndim, site["support"], frames)
 
