@@ -8,6 +8,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --models claims_10k hierarchical_logistic   # two larger ones
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
+    python benchmarks/time_to_answer.py --user                # the eight of user_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -208,6 +209,7 @@ def main(argv=None):
     parser.add_argument(
         "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
     )
+    parser.add_argument("--user", action="store_true", help="the eight of user_models.py (without --models)")
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
@@ -216,7 +218,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.unseen:
+    if args.models is None and args.user:
+        from user_models import USER_MODELS
+
+        args.models = list(USER_MODELS)
+    elif args.models is None and args.unseen:
         from unseen_models import UNSEEN_MODELS
 
         args.models = list(UNSEEN_MODELS)

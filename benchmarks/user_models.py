@@ -1,0 +1,170 @@
+"""Eight NumPyro models written in the twenty-seventh session before anything was measured on
+them, each with a construct the project's other models lack: the defaults' test on the kinds of
+model a user brings (simulated data, fixed seed).
+
+Each entry of :data:`USER_MODELS` is a :class:`textbook_models.TextbookModel`:
+
+* ``gp``: Gaussian-process regression, 20 points, an RBF kernel with log-normal variance and
+  length scale, a half-normal noise: one ``MultivariateNormal`` observation.
+* ``zero_inflated``: a zero-inflated Poisson (``ZeroInflatedPoisson``), 120 counts, a Beta gate
+  and a gamma rate.
+* ``truncated``: a ``TruncatedNormal`` location (an interval support ``[0, inf)`` of a normal),
+  an ``Exponential`` scale.
+* ``inverse_gamma``: a normal with an ``InverseGamma`` variance.
+* ``lkj``: a 3-dimensional normal's ``LKJCholesky`` correlation and half-Cauchy scales.
+* ``ordered_mixture``: a two-component normal mixture (``MixtureSameFamily``), Dirichlet weights and
+  ordered locations (``OrderedTransform``: no label switching between NUTS and q).
+* ``censored``: exponential survival times censored at 3, the censored ones through
+  ``numpyro.factor`` and the observed ones under ``handlers.mask``, a ``deterministic`` site.
+  The adapter dropped factor sites until this session (3 posterior sd off).
+* ``poisson_offset``: a Poisson regression with an exposure offset and Student-t priors on a
+  vector coefficient (``expand(...).to_event(1)``).
+"""
+
+import numpy as np
+from textbook_models import TextbookModel
+
+__all__ = ["USER_MODELS"]
+
+_RNG = np.random.default_rng(7)
+GP_X = np.linspace(0.0, 5.0, 20).astype(np.float32)
+GP_Y = (np.sin(GP_X) + 0.2 * _RNG.normal(size=20)).astype(np.float32)
+ZIP_Y = np.where(_RNG.uniform(size=120) < 0.3, 0, _RNG.poisson(3.0, size=120)).astype(np.float32)
+TRUNCATED_Y = (np.abs(_RNG.normal(1.0, 1.0, size=30)) + _RNG.normal(0.0, 0.3, size=30)).astype(np.float32)
+INVERSE_GAMMA_Y = _RNG.normal(2.0, 1.5, size=40).astype(np.float32)
+_CHOLESKY = (
+    np.array([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [-0.3, 0.2, 0.93]]) * np.array([1.0, 2.0, 0.5])[:, None]
+)
+LKJ_Y = (_RNG.normal(size=(60, 3)) @ _CHOLESKY.T).astype(np.float32)
+MIXTURE_Y = np.concatenate([_RNG.normal(-2.0, 1.0, 60), _RNG.normal(3.0, 1.0, 40)]).astype(np.float32)
+_TIMES = _RNG.exponential(2.0, size=50).astype(np.float32)
+CENSORED = _TIMES > 3.0
+SURVIVAL_T = np.minimum(_TIMES, 3.0).astype(np.float32)
+OFFSET_X = _RNG.normal(size=(80, 2)).astype(np.float32)
+EXPOSURE = _RNG.uniform(0.5, 2.0, size=80).astype(np.float32)
+OFFSET_Y = _RNG.poisson(EXPOSURE * np.exp(0.3 + OFFSET_X @ np.array([0.5, -0.4]))).astype(np.float32)
+
+
+def gp(x, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    variance = numpyro.sample("variance", dist.LogNormal(0.0, 1.0))
+    length = numpyro.sample("length", dist.LogNormal(0.0, 1.0))
+    noise = numpyro.sample("noise", dist.HalfNormal(1.0))
+    squared = (x[:, None] - x[None, :]) ** 2
+    kernel = variance * jnp.exp(-0.5 * squared / length**2) + (noise**2 + 1e-4) * jnp.eye(x.shape[0])
+    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(x.shape[0]), covariance_matrix=kernel), obs=y)
+
+
+def zero_inflated(y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    gate = numpyro.sample("gate", dist.Beta(1.0, 1.0))
+    rate = numpyro.sample("rate", dist.Gamma(2.0, 0.5))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.ZeroInflatedPoisson(gate, rate), obs=y)
+
+
+def truncated(y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.TruncatedNormal(0.0, 2.0, low=0.0))
+    sigma = numpyro.sample("sigma", dist.Exponential(1.0))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
+
+
+def inverse_gamma(y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    variance = numpyro.sample("variance", dist.InverseGamma(3.0, 2.0))
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, jnp.sqrt(variance)), obs=y)
+
+
+def lkj(y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    corr = numpyro.sample("corr", dist.LKJCholesky(3, 2.0))
+    scale = numpyro.sample("scale", dist.HalfCauchy(jnp.ones(3)).to_event(1))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(3), scale_tril=scale[:, None] * corr), obs=y)
+
+
+def mixture(y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.distributions.transforms import OrderedTransform
+
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.ones(2)))
+    loc = numpyro.sample(
+        "loc", dist.TransformedDistribution(dist.Normal(0.0, 5.0).expand([2]).to_event(1), OrderedTransform())
+    )
+    scale = numpyro.sample("scale", dist.HalfNormal(jnp.full(2, 2.0)).to_event(1))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(weights), dist.Normal(loc, scale)), obs=y)
+
+
+def censored(t, censored):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    rate = numpyro.sample("rate", dist.Gamma(1.0, 1.0))
+    numpyro.deterministic("mean_time", 1.0 / rate)
+    with numpyro.plate("obs", t.shape[0]):
+        with numpyro.handlers.mask(mask=~censored):
+            numpyro.sample("t", dist.Exponential(rate), obs=t)
+    numpyro.factor("survival", jnp.sum(jnp.where(censored, -rate * t, 0.0)))
+
+
+def poisson_offset(x, exposure, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    b0 = numpyro.sample("b0", dist.StudentT(3.0, 0.0, 2.5))
+    b = numpyro.sample("b", dist.StudentT(3.0, 0.0, 2.5).expand([2]).to_event(1))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Poisson(exposure * jnp.exp(b0 + x @ b)), obs=y)
+
+
+USER_MODELS = {
+    entry.name: entry
+    for entry in (
+        TextbookModel("gp", gp, (GP_X, GP_Y), "Gaussian-process regression, 20 points (simulated)"),
+        TextbookModel(
+            "zero_inflated", zero_inflated, (ZIP_Y,), "zero-inflated Poisson, 120 counts (simulated)"
+        ),
+        TextbookModel("truncated", truncated, (TRUNCATED_Y,), "truncated-normal location (simulated)"),
+        TextbookModel(
+            "inverse_gamma", inverse_gamma, (INVERSE_GAMMA_Y,), "inverse-gamma variance (simulated)"
+        ),
+        TextbookModel("lkj", lkj, (LKJ_Y,), "LKJ correlation of a 3-d normal, 60 rows (simulated)"),
+        TextbookModel(
+            "ordered_mixture", mixture, (MIXTURE_Y,), "two-normal mixture, ordered locations (simulated)"
+        ),
+        TextbookModel(
+            "censored",
+            censored,
+            (SURVIVAL_T, CENSORED),
+            "censored exponential survival, numpyro.factor (simulated)",
+        ),
+        TextbookModel(
+            "poisson_offset",
+            poisson_offset,
+            (OFFSET_X, EXPOSURE, OFFSET_Y),
+            "Poisson regression with exposure",
+        ),
+    )
+}
