@@ -120,6 +120,32 @@ def test_factor_sites_count_in_the_log_density_and_the_fit(with_plate_factor):
     assert float(posterior.variance()) == pytest.approx(shape / rate**2, rel=0.05)
 
 
+def test_obs_mask_imputation_is_refused_with_the_way_on():
+    """``obs_mask`` makes a latent of the full shape whose observed entries have no density:
+    the fit used to stall on non-finite gradients naming no latent. Now the adapter names the
+    site and the rewrite (a latent of the missing entries alone), which fits."""
+    y = np.array([0.3, 1.2, -0.4, 2.0, 0.8, 1.5], np.float32)
+    mask = np.array([True, True, False, True, True, False])
+
+    def imputed(y, mask):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+        with numpyro.plate("obs", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y, obs_mask=mask)
+
+    with pytest.raises(ModelError, match=r"site 'y_unobserved'.*obs_mask.*y_missing"):
+        from_numpyro(imputed, y, mask)
+
+    def rewritten(y_observed, num_missing):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+        with numpyro.plate("obs", y_observed.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y_observed)
+        with numpyro.plate("missing", num_missing):
+            numpyro.sample("y_missing", dist.Normal(mu, 1.0))
+
+    adapted = from_numpyro(rewritten, y[mask], int((~mask).sum()))
+    assert set(adapted.families) == {"mu", "y_missing"}
+
+
 def test_a_model_without_arguments_fits_its_prior():
     """A NumPyro model with no data (no argument at all): the posterior is the prior, Gamma(2, 1)
     and Beta(2, 3); ``fit`` used to refuse the empty data pytree ``()``."""

@@ -596,6 +596,20 @@ def _uniform_or_prior(site):
         return None
 
 
+def _imputed_sites(trace) -> set:
+    """The latent sites ``sample(name, fn, obs=y, obs_mask=m)`` makes to impute ``y`` where ``m``
+    is False: ``name + "_unobserved"``, of the full shape, masked where ``m`` is True, beside the
+    observed site ``name + "_observed"`` and the deterministic ``name``."""
+    return {
+        f"{name}_unobserved"
+        for name, site in trace.items()
+        if site["type"] == "deterministic"
+        and trace.get(f"{name}_unobserved", {}).get("type") == "sample"
+        and not trace[f"{name}_unobserved"]["is_observed"]
+        and trace.get(f"{name}_observed", {}).get("is_observed", False)
+    }
+
+
 def _sample_sites(trace):
     """The model's sample sites, ``numpyro.factor``'s included: a factor is an observed site
     marked auxiliary (a ``Unit`` distribution whose ``log_prob`` is the factor), and NumPyro's
@@ -646,6 +660,19 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         warnings.filterwarnings("ignore", "Out-of-support values", UserWarning)
         (first_trace, first_log_probs), (second_trace, _) = concrete_traces(trace_model, data, (0, 1))
     first, second = _sample_sites(first_trace), _sample_sites(second_trace)
+    for name in sorted(_imputed_sites(first_trace)):
+        # Its elements at the observed positions are read by nothing and NumPyro's mask gives
+        # them no density: an improper posterior (q's entropy grows without bound; the fit
+        # stalled on non-finite gradients naming no latent). Giving them their own density
+        # instead would act, under mean-field q, as pseudo-observations of the other latents.
+        observed = name[: -len("_unobserved")]
+        raise ModelError(
+            f"site {name!r}: sample({observed!r}, ..., obs_mask=...) imputes the masked entries with a "
+            "latent of the full shape whose observed entries have no density (an improper posterior; "
+            "NumPyro documents obs_mask as not meant for MCMC either). Sample the missing entries as a "
+            f"latent site of their own (e.g. {observed}_missing with the distribution of the entries "
+            "where the mask is False) and observe the others"
+        )
     batch_shapes = {name: tuple(jnp.shape(first_log_probs[name])) for name in first}
     for name in sorted((set(first) ^ set(second)) | (set(first) ^ early_sites)):
         raise ModelError(f"site {name!r} appears in one trace of the model and not in another")
