@@ -15,10 +15,10 @@ demo: $(BIN)/grepvi  ## the main job on the embedded default data
 	$(BIN)/grepvi demo
 
 test: $(BIN)/grepvi  ## the test suite CI runs (slow tier excluded; one worker per core, at most 4)
-	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q -n auto --maxprocesses=4
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q -n auto --maxprocesses=4 --dist loadfile
 
 test-all: $(BIN)/grepvi  ## the fast tier, then the slow tier one file per process (per-test timeout)
-	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q -n auto --maxprocesses=4
+	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/pytest -m "not slow" -q -n auto --maxprocesses=4 --dist loadfile
 	GREPVI_DATA_DIR=$(DATA_DIR) $(BIN)/python scripts/slow_tier.py
 
 lint: $(BIN)/grepvi

@@ -494,6 +494,8 @@ def test_resume_after_sigkill_gives_bitwise_the_same_parameters(uninterrupted, t
         assert [int(row["iteration"]) for row in csv.DictReader(file)] == list(range(1, 1001))
 
 
+@pytest.mark.slow  # 12 s on CI; SIGTERM's path (test_sigterm_is_handled_like_sigint) and the bitwise
+# resume after SIGKILL stay in the fast tier
 def test_sigint_writes_checkpoint_and_metrics_then_resume_matches(uninterrupted, tmp_path):
     out = tmp_path / "interrupted"
     process = _start_and_wait_for_checkpoint(out)
@@ -748,7 +750,9 @@ OPTION_TABLE = {
 }
 
 
-@pytest.mark.parametrize("procedure", sorted(PROCEDURES))
+# The fixed schedule's row runs in the slow tier (70 s on CI); the default procedure's, whose
+# options were the ones once silently ignored, stays here.
+@pytest.mark.parametrize("procedure", ["default", pytest.param("fixed", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("option", sorted(OPTION_TABLE))
 def test_every_option_is_honoured_by_both_procedures(option, procedure, tmp_path, monkeypatch):
     """The table of options x procedures: each option changes what the run does (the trace's

@@ -88,6 +88,8 @@ def test_the_detector_finds_an_embedded_data_set(programs):
     assert programs and programs[0][1] >= x.nbytes
 
 
+@pytest.mark.slow  # 27 s on CI; the minibatch and perplexity programs' test and the NumPyro
+# adapter's (test_numpyro_model.py) stay in the fast tier
 def test_fit_programs_take_the_data_as_an_argument(programs):
     model = sparse_gamma_def(_counts(), layer_sizes=(2,))
     arguments = dict(local_logdensity_fn=model.local_logdensity_fn, data=model.data, progress=False)

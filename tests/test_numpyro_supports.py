@@ -215,7 +215,7 @@ def test_transformed_normal_has_unbiased_g_rep_gradients(case):
         pytest.param(constraints.lower_cholesky, (3, 3), marks=pytest.mark.slow),  # 12 s on CI
         pytest.param(constraints.corr_cholesky, (3, 3), marks=pytest.mark.slow),  # 20 s
         pytest.param(constraints.simplex, (4,), marks=pytest.mark.slow),  # 10 s
-        (constraints.positive_definite, (2, 2)),
+        pytest.param(constraints.positive_definite, (2, 2), marks=pytest.mark.slow),  # 9 s
         (constraints.softplus_positive, (3,)),
         (constraints.circular, (2,)),
         (constraints.real_vector, (3,)),
@@ -332,7 +332,7 @@ def test_every_registry_support_maps_to_a_family():
             f"[{type(family.base).__name__}]" if isinstance(family, Affine) else ""
         )
         assert name == kind, constraint
-        draw = family.sample(family.init_params(), jax.random.key(0))
+        draw = jax.jit(family.sample)(family.init_params(), jax.random.key(0))  # one program, not op by op
         assert bool(jnp.all(constraint(draw))), constraint
 
 
