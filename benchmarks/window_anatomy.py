@@ -58,6 +58,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", help="a name of textbook_models.ALL_MODELS")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--dump", help="write the optimized HLO of the window program to this file")
     args = parser.parse_args(argv)
 
     import jax
@@ -134,6 +135,8 @@ def main(argv=None):
         fusions = collections.Counter(re.findall(r"kind=(k\w+)", text))
         lines = text.count("\n")
         print(f"compiled ahead of time in {seconds:.2f} s: {lines} lines of HLO, fusions {dict(fusions)}")
+        if args.dump:
+            Path(args.dump).write_text(text)
 
 
 if __name__ == "__main__":

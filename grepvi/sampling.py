@@ -317,6 +317,7 @@ def _log_gamma(rng_key, shape, sample_shape, num_proposals):
     if alpha.size <= TINY_SIZE:
         # All proposals and the boost's uniform from one call of the bit generator.
         uniforms = _open_uniform(rng_key, (2 * SMALL_PROPOSALS + 1,) + alpha.shape, alpha.dtype)
+        uniforms = computed_once(uniforms, predicate_of(alpha))  # hashed once, not per reader
         log_g = _marsaglia_tsang_from_uniforms(
             boosted_alpha, uniforms[:SMALL_PROPOSALS], uniforms[SMALL_PROPOSALS:-1], fallback=True
         )

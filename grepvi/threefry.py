@@ -15,19 +15,33 @@ unrolled rounds are about 100 operations for the compiler per call, which a smal
 step (whose draws cost nothing) would pay in compile time, and they are fast only where LLVM
 vectorizes them (``-O3``, the large models' step programs and JAX's default; at ``-O1`` the
 Olivetti DEF's step took 45.9 ms with them, 38.4 with ``jax.random.bits``, 27.4 at ``-O3``).
+Inside a window every call is unrolled now (below), so there :func:`bits` and
+``jax.random.bits`` are the same program; it stays for the programs lowered outside one.
+
+**Step programs lower every Threefry call unrolled** (:func:`unrolled_lowering`, entered by
+:func:`grepvi.inference.driver.make_window` around its window's lowering). The rolled loop is
+a ``while`` of 5 trips whose body swaps the key schedule's words: on CPU each trip runs the
+body's copies and fusions as separate thunks, about 85 per call, whatever the call's size. A
+small model's step makes 6 such calls (the step's key split, the repeat's ``fold_in``, the
+estimate's split, the draws' splits and bits), and a later stage's step repeats all but the
+first up to 64 times: in the default window of the Dugongs model (``jax.profiler``) the step
+ran 738 thunks, 309 of them copies, most in those loops. Unrolled, the same bits (the
+lowering JAX uses on GPU for the same primitive) cost a fusion or two each.
 
 Reference:
   J. K. Salmon, M. A. Moraes, R. O. Dror and D. E. Shaw, "Parallel random numbers: as easy as
   1, 2, 3", SC 2011.
 """
 
+import contextlib
 import math
+import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["bits", "fused"]
+__all__ = ["bits", "fused", "unrolled_lowering"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -78,3 +92,46 @@ def _threefry2x32(key1, key2, x1, x2):
         x[0] = x[0] + keys[(block + 1) % 3]
         x[1] = x[1] + keys[(block + 2) % 3] + np.uint32(block + 1)
     return x
+
+
+_LOWERING_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def unrolled_lowering():
+    """Within the block, programs lowered for CPU hash with Threefry's 20 rounds unrolled (the
+    lowering JAX uses on other platforms) instead of JAX's CPU default, a rolled loop of 5
+    trips. Every call gives the same bits; what changes is the program: one fusion per call
+    instead of a ``while`` whose trips run about 85 thunks (see the module docstring).
+
+    Measured (``benchmarks/threefry_lowering.py``, the default procedure's fit from a fresh
+    process): Dugongs 10.3 -> 9.6 s, pumps 7.2 -> 6.7 s, the horseshoe 21.1 -> 12.3 s and
+    Salmonella 35.0 -> 18.2 s (their later stages average 64 to 256 draws a step, each repeat
+    hashing again), the same iterations to the same answer; the window's compile time within
+    its noise (+0.0-0.3 s).
+
+    JAX has no public switch for it: the block replaces the CPU rule of its ``threefry2x32``
+    primitive in the lowering registry and restores it on exit (under a lock: lowering in
+    another thread meanwhile would get the unrolled rounds too, the same bits). Where JAX's
+    internals differ from the ones this was written for, the block does nothing.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.random import threefry2x32 as implementation
+
+        primitive = implementation.threefry2x32_p
+        unrolled = implementation._threefry2x32_lowering_rule
+        table = mlir._platform_specific_lowerings["cpu"]
+    except (ImportError, AttributeError, KeyError, TypeError):
+        yield
+        return
+    with _LOWERING_LOCK:
+        previous = table.get(primitive)
+        mlir.register_lowering(primitive, unrolled, platform="cpu")
+        try:
+            yield
+        finally:
+            if previous is None:
+                table.pop(primitive, None)
+            else:
+                table[primitive] = previous

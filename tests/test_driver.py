@@ -90,6 +90,23 @@ def test_a_fit_compiles_one_program(monkeypatch):
     assert windows[0].jitted._cache_size() == 0  # every call went to the one ahead-of-time program
 
 
+@pytest.mark.filterwarnings("ignore::grepvi.errors.NotConvergedWarning")
+def test_the_window_lowered_with_threefry_unrolled_runs_bitwise_the_rolled_loops_fit(monkeypatch):
+    """The window's Threefry hashes lowered unrolled (grepvi.threefry.unrolled_lowering) and
+    with JAX's CPU default, a rolled loop: the same draws, so the same fit bit for bit (the
+    gamma sampler's bits, the steps' key splits and fold_ins, the normals)."""
+    import contextlib
+
+    from grepvi import threefry
+
+    model = gamma_poisson()
+    unrolled = grepvi.fit(model.logdensity_fn, model.families, progress=False, num_steps=400)
+    monkeypatch.setattr(threefry, "unrolled_lowering", contextlib.nullcontext)
+    rolled = grepvi.fit(model.logdensity_fn, model.families, progress=False, num_steps=400)
+    assert _same(unrolled.params, rolled.params)
+    np.testing.assert_array_equal(unrolled.trace.elbo, rolled.trace.elbo)
+
+
 def test_a_fixed_schedule_resumed_from_a_checkpoint_file_is_bitwise_the_same(tmp_path):
     """Eq. 9 for 40 steps == 20 steps, checkpoint written and read back, 20 more."""
     from grepvi.experiments.run_files import RunDirectory, TraceRecorder

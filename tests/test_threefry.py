@@ -29,3 +29,26 @@ def test_other_generators_are_passed_to_jax():
     np.testing.assert_array_equal(
         np.asarray(threefry.bits(key, (100,))), np.asarray(jax.random.bits(key, (100,), jnp.uint32))
     )
+
+
+def _draws(key):
+    first, second = jax.random.split(key)
+    keys = jax.random.split(jax.random.fold_in(first, 7), 4)
+    return jax.vmap(lambda k: jax.random.normal(k, (3,)))(keys), jax.random.gamma(second, 0.3, (5,))
+
+
+def _hlo_whiles(lowered) -> int:
+    return lowered.as_text().count("stablehlo.while")
+
+
+def test_the_unrolled_lowering_has_no_loop_and_the_same_bits():
+    key = jax.random.key(11)
+    rolled = jax.jit(lambda key: _draws(key)).lower(key)  # a new function each: jit caches lowerings
+    with threefry.unrolled_lowering():
+        unrolled = jax.jit(lambda key: _draws(key)).lower(key)
+    again = jax.jit(lambda key: _draws(key)).lower(key)  # the CPU default is back after the block
+    if jax.default_backend() == "cpu":
+        assert _hlo_whiles(rolled) > _hlo_whiles(unrolled)
+        assert _hlo_whiles(again) == _hlo_whiles(rolled)
+    for found, expected in zip(unrolled.compile()(key), rolled.compile()(key), strict=True):
+        np.testing.assert_array_equal(np.asarray(found), np.asarray(expected))

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grepvi import threefry
 from grepvi.errors import ConfigError, NumericalError
 from grepvi.inference import controller
 from grepvi.inference.controller import ControllerState, WindowSummary
@@ -123,7 +124,9 @@ def make_window(
     ``track_mean`` (a fixed schedule, which averages nothing) the mean returned is the last
     iterate and the window does no extra work per step. ``compiler_options``: XLA options of
     the ahead-of-time compilation (:func:`grepvi.inference.compilation_cache.step_compiler_options`:
-    a small model's window compiles in half the time).
+    a small model's window compiles in half the time). The window is lowered with Threefry's
+    rounds unrolled on CPU (:func:`grepvi.threefry.unrolled_lowering`: the same bits, one
+    fusion per hash instead of a loop of 5 trips; a small model's step 20-60% faster).
     """
 
     def one_step(state, data):
@@ -164,13 +167,16 @@ def make_window(
 
     def window(state, data, active):
         key = _signature(state, data)
-        function = compiled.get(key, jitted)
-        return function(state, data, np.int32(active))
+        if key in compiled:
+            return compiled[key](state, data, np.int32(active))
+        with threefry.unrolled_lowering():  # lowered (and compiled) at its first call
+            return jitted(state, data, np.int32(active))
 
     def compile_ahead(state, data):
         key = _signature(state, data)
         if key not in compiled:
-            lowered = jitted.lower(state, data, np.int32(length))
+            with threefry.unrolled_lowering():
+                lowered = jitted.lower(state, data, np.int32(length))
             compiled[key] = lowered.compile(compiler_options or None)
         return compiled[key]
 
