@@ -18,8 +18,10 @@ Olivetti DEF's step took 45.9 ms with them, 38.4 with ``jax.random.bits``, 27.4 
 Inside a window every call is unrolled now (below), so there :func:`bits` and
 ``jax.random.bits`` are the same program; it stays for the programs lowered outside one.
 
-**Step programs lower every Threefry call unrolled** (:func:`unrolled_lowering`, entered by
-:func:`grepvi.inference.driver.make_window` around its window's lowering). The rolled loop is
+**Small models' step programs lower every Threefry call unrolled** (:func:`unrolled_lowering`,
+entered by :func:`grepvi.inference.driver.make_window` around its window's lowering, for models
+of up to 10,000 latent elements: the Olivetti DEF's window took 139 ms a step with it against
+81, its hashes fused into their readers and computed again in each). The rolled loop is
 a ``while`` of 5 trips whose body swaps the key schedule's words: on CPU each trip runs the
 body's copies and fusions as separate thunks, about 85 per call, whatever the call's size. A
 small model's step makes 6 such calls (the step's key split, the repeat's ``fold_in``, the
@@ -96,19 +98,29 @@ def _threefry2x32(key1, key2, x1, x2):
 
 _LOWERING_LOCK = threading.RLock()
 
+# Words per hash up to which unrolled_lowering unrolls the rounds. XLA fuses an unrolled hash,
+# cheap elementwise code, into every fusion that reads it, so a large one would be hashed again
+# per reader; the rolled loop writes its words to memory once, and its per-trip costs are
+# small beside a large array's. The small models' hashes (every draw of a step of up to
+# 10,000 latent elements, batched over its draws) stay below it; the large models' bits come
+# from :func:`bits` already (above ``sampling.FUSED_BITS_SIZE``). The same split as
+# ``fusion_boundary.SMALL_TREE_ELEMENTS``.
+UNROLLED_MAX_WORDS = 10_000
+
 
 @contextlib.contextmanager
 def unrolled_lowering():
     """Within the block, programs lowered for CPU hash with Threefry's 20 rounds unrolled (the
-    lowering JAX uses on other platforms) instead of JAX's CPU default, a rolled loop of 5
-    trips. Every call gives the same bits; what changes is the program: one fusion per call
-    instead of a ``while`` whose trips run about 85 thunks (see the module docstring).
+    lowering JAX uses on GPU) where a call hashes up to ``UNROLLED_MAX_WORDS`` words, instead
+    of JAX's CPU default, a rolled loop of 5 trips. Every call gives the same bits; what
+    changes is the program: a fusion or two per call instead of a ``while`` whose trips run
+    about 85 thunks (see the module docstring).
 
     Measured (``benchmarks/threefry_lowering.py``, the default procedure's fit from a fresh
-    process): Dugongs 10.3 -> 9.6 s, pumps 7.2 -> 6.7 s, the horseshoe 21.1 -> 12.3 s and
-    Salmonella 35.0 -> 18.2 s (their later stages average 64 to 256 draws a step, each repeat
-    hashing again), the same iterations to the same answer; the window's compile time within
-    its noise (+0.0-0.3 s).
+    process each, ``docs/performance.md``): the same iterations to the same answer; the
+    horseshoe 26.9 -> 18.3 s and Salmonella 42.5 -> 27.2 s (their later stages average 64 to
+    256 draws a step, each repeat hashing again), Mendel 7.4 -> 5.5 s, Dugongs 11.9 -> 11.2 s;
+    the window's compile time within its noise.
 
     JAX has no public switch for it: the block replaces the CPU rule of its ``threefry2x32``
     primitive in the lowering registry and restores it on exit (under a lock: lowering in
@@ -122,16 +134,19 @@ def unrolled_lowering():
         primitive = implementation.threefry2x32_p
         unrolled = implementation._threefry2x32_lowering_rule
         table = mlir._platform_specific_lowerings["cpu"]
+        rolled = table[primitive].rule
     except (ImportError, AttributeError, KeyError, TypeError):
         yield
         return
+
+    def unrolled_if_small(ctx, *args, **params):
+        words = math.prod(ctx.avals_out[0].shape)
+        return (unrolled if words <= UNROLLED_MAX_WORDS else rolled)(ctx, *args, **params)
+
     with _LOWERING_LOCK:
-        previous = table.get(primitive)
-        mlir.register_lowering(primitive, unrolled, platform="cpu")
+        previous = table[primitive]
+        mlir.register_lowering(primitive, unrolled_if_small, platform="cpu")
         try:
             yield
         finally:
-            if previous is None:
-                table.pop(primitive, None)
-            else:
-                table[primitive] = previous
+            table[primitive] = previous

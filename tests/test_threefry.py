@@ -52,3 +52,14 @@ def test_the_unrolled_lowering_has_no_loop_and_the_same_bits():
         assert _hlo_whiles(again) == _hlo_whiles(rolled)
     for found, expected in zip(unrolled.compile()(key), rolled.compile()(key), strict=True):
         np.testing.assert_array_equal(np.asarray(found), np.asarray(expected))
+
+
+def test_a_large_hash_keeps_the_rolled_loop():
+    """Unrolled, XLA would hash a large array again in every fusion that reads it."""
+    key = jax.random.key(2)
+    size = threefry.UNROLLED_MAX_WORDS + 1
+    with threefry.unrolled_lowering():
+        large = jax.jit(lambda key: jax.random.bits(key, (size,))).lower(key)
+        small = jax.jit(lambda key: jax.random.bits(key, (size - 1,))).lower(key)
+    if jax.default_backend() == "cpu":
+        assert _hlo_whiles(large) == 1 and _hlo_whiles(small) == 0

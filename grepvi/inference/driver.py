@@ -24,6 +24,7 @@ of a resumed state, compilation and the trial included; what observers do after 
 (held-out evaluation, checkpoints) is excluded from the budget.
 """
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -115,6 +116,7 @@ def make_window(
     keep_params: bool = False,
     track_mean: bool = True,
     compiler_options: dict | None = None,
+    unrolled_threefry: bool = False,
 ):
     """The compiled window of up to ``length`` steps of ``step_fn(state, data) -> (state, info)``.
 
@@ -124,9 +126,13 @@ def make_window(
     ``track_mean`` (a fixed schedule, which averages nothing) the mean returned is the last
     iterate and the window does no extra work per step. ``compiler_options``: XLA options of
     the ahead-of-time compilation (:func:`grepvi.inference.compilation_cache.step_compiler_options`:
-    a small model's window compiles in half the time). The window is lowered with Threefry's
-    rounds unrolled on CPU (:func:`grepvi.threefry.unrolled_lowering`: the same bits, one
-    fusion per hash instead of a loop of 5 trips; a small model's step 20-60% faster).
+    a small model's window compiles in half the time). ``unrolled_threefry``: the window is
+    lowered with Threefry's rounds unrolled on CPU (:func:`grepvi.threefry.unrolled_lowering`:
+    the same bits, a fusion or two per hash instead of a loop of 5 trips): a small model's
+    step 20-60% faster, a large model's slower (the Olivetti DEF's window 81 -> 139 ms a step:
+    its hashes, fused into their readers, computed again in each), so
+    :func:`grepvi.inference.fitting.setup` asks for it up to ``SMALL_MODEL_ELEMENTS`` latent
+    elements, as for the compiler options.
     """
 
     def one_step(state, data):
@@ -165,17 +171,20 @@ def make_window(
     jitted = jax.jit(program)
     compiled = {}
 
+    def lowering():
+        return threefry.unrolled_lowering() if unrolled_threefry else contextlib.nullcontext()
+
     def window(state, data, active):
         key = _signature(state, data)
         if key in compiled:
             return compiled[key](state, data, np.int32(active))
-        with threefry.unrolled_lowering():  # lowered (and compiled) at its first call
+        with lowering():  # lowered (and compiled) at its first call
             return jitted(state, data, np.int32(active))
 
     def compile_ahead(state, data):
         key = _signature(state, data)
         if key not in compiled:
-            with threefry.unrolled_lowering():
+            with lowering():
                 lowered = jitted.lower(state, data, np.int32(length))
             compiled[key] = lowered.compile(compiler_options or None)
         return compiled[key]

@@ -26,7 +26,11 @@ from grepvi.estimators.base import Estimator, get_estimator
 from grepvi.families.base import Family, Posterior
 from grepvi.inference import controller, driver, rules
 from grepvi.inference.batch_size import resolve_batch_size
-from grepvi.inference.compilation_cache import enable_persistent_cache, step_compiler_options
+from grepvi.inference.compilation_cache import (
+    SMALL_MODEL_ELEMENTS,
+    enable_persistent_cache,
+    step_compiler_options,
+)
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.cost import jaxpr_flops
 from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step, traced_once
@@ -315,13 +319,16 @@ def setup(
         if cheaper < draws:
             draws = cheaper
             most_repeats, step_fn, _, place, data, widened_step_fn = build(draws, initial_loop)
-    options = step_compiler_options(latent_elements(target.families))
-    window = driver.make_window(step_fn, length, keep_params, track_mean=not fixed, compiler_options=options)
+    elements = latent_elements(target.families)
+    compiled_as = dict(
+        track_mean=not fixed,
+        compiler_options=step_compiler_options(elements),
+        unrolled_threefry=elements <= SMALL_MODEL_ELEMENTS,
+    )
+    window = driver.make_window(step_fn, length, keep_params, **compiled_as)
     widened_window = None
     if widened_step_fn is not None:  # compiled only if a run meets an overflow
-        widened_window = driver.make_window(
-            widened_step_fn, length, keep_params, track_mean=not fixed, compiler_options=options
-        )
+        widened_window = driver.make_window(widened_step_fn, length, keep_params, **compiled_as)
     names = tuple(sorted(target.families))
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
