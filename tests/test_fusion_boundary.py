@@ -96,3 +96,19 @@ def test_an_anchor_without_elements_gives_a_true_predicate():
     assert bool(predicate_of({"empty": jnp.zeros((0,)), "none": None}))
     tree = jnp.array([2.0])
     np.testing.assert_array_equal(np.asarray(computed_once(tree, predicate_of({}))), [2.0])
+
+
+def test_a_boolean_is_computed_once_too():
+    """A boolean's two branches would both be the identity, and XLA deletes such a
+    conditional: it crosses as a float, so the boundary stays and the value is the same."""
+    x = jnp.linspace(-1.0, 1.0, 7)
+
+    def guarded(x):
+        flag = computed_once(jnp.all(jnp.isfinite(jnp.exp(x))), predicate_of(x))
+        return jnp.where(flag, x, 0.0), jnp.where(flag, 2 * x, 1.0)
+
+    if jax.default_backend() == "cpu":
+        text = jax.jit(guarded).lower(x).compile().as_text()
+        assert "conditional" in text
+    flag = jax.jit(lambda x: computed_once(jnp.all(x > -2), predicate_of(x)))(x)
+    assert flag.dtype == jnp.bool_ and bool(flag)

@@ -393,10 +393,9 @@ def step(
     new_params = optax.apply_updates(state.params, updates)
     ok = jnp.logical_and(jnp.logical_not(jnp.any(nonfinite)), all_finite(new_params))
     # read by the guard of every leaf of the parameters and the optimizer state and by the
-    # window's outputs: computed once, as a float (a boolean's conditional has two identity
-    # branches, which XLA removes); fused into each reader, the test of every gradient and
+    # window's outputs: computed once; fused into each reader, the test of every gradient and
     # new parameter ran again (Dugongs' window held 517 is-finite in about 30 fusions)
-    ok = computed_once(ok.astype(jnp.float32), state.iteration >= 0) > 0
+    ok = computed_once(ok, state.iteration >= 0)
     new_state = VIState(
         params=keep_if(ok, new_params, state.params),
         opt_state=keep_if(ok, new_opt_state, state.opt_state),
