@@ -165,7 +165,7 @@ def test_a_report_of_a_default_run_beside_a_fixed_eta_run_labels_both(tmp_path, 
     assert "ADVI, default procedure" in printed and "ADVI, η=0.5" in printed
 
 
-def test_compare_with_eta_search_and_samples_sweep(tmp_path, capsys):
+def test_compare_with_eta_search(tmp_path, capsys):
     out = tmp_path / "compare"
     code = cli.main(
         ["compare", *TINY, "--estimators", "advi", "--eta-search", "--etas", "0.1,0.5", "--num-steps", "20",
@@ -181,6 +181,10 @@ def test_compare_with_eta_search_and_samples_sweep(tmp_path, capsys):
     chosen = report.find_runs([out])  # a compare folder: the eta search's chosen run only
     assert [run.path for run in chosen] == [Path(search["best_run"])]
 
+
+@pytest.mark.slow  # 10-25 s; the commands' shared machinery (runs, figures) is the fast tier's
+def test_samples_sweep(tmp_path):
+    """``grepvi samples``: one run per sample count, the gradient variance traced, the figure."""
     sweep = tmp_path / "samples"
     code = cli.main(["samples", *TINY, "--estimator", "advi", "--sample-counts", "1,3", "--num-steps", "20",
                      "--refit-steps", "0", "--out", str(sweep)])  # fmt: skip
@@ -751,9 +755,21 @@ OPTION_TABLE = {
 
 
 # The fixed schedule's row runs in the slow tier (70 s on CI); the default procedure's, whose
-# options were the ones once silently ignored, stays here.
+# options were the ones once silently ignored, stays here, but for three options whose rows
+# have a sibling in the fast tier (11-15 s each): --chunk-size and --elbo-samples are given in
+# the --checkpoint-every and --elbo-every rows, which check the windows and the ELBO columns;
+# --data-parallel's fit is tests/test_sharding.py's.
+SIBLINGS_IN_THE_FAST_TIER = {"--chunk-size", "--elbo-samples", "--data-parallel"}
+
+
 @pytest.mark.parametrize("procedure", ["default", pytest.param("fixed", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("option", sorted(OPTION_TABLE))
+@pytest.mark.parametrize(
+    "option",
+    [
+        pytest.param(o, marks=pytest.mark.slow) if o in SIBLINGS_IN_THE_FAST_TIER else o
+        for o in sorted(OPTION_TABLE)
+    ],
+)
 def test_every_option_is_honoured_by_both_procedures(option, procedure, tmp_path, monkeypatch):
     """The table of options x procedures: each option changes what the run does (the trace's
     windows, the checkpoints written, the ELBO columns, the estimator, the batches)."""

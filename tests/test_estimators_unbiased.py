@@ -214,7 +214,10 @@ def test_unbiased(name, options, model_name, family_options):
 def _gradient_draws(estimator, model, params, num_draws=2_000):
     target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn, log_space=model.log_space)
     keys = jax.random.split(jax.random.key(0), num_draws)
-    grads = jax.vmap(lambda key: estimator.estimate(key, params, target)[0])(keys)
+    # one program (eagerly, each primitive compiles on its own: ~80 programs)
+    grads = jax.jit(jax.vmap(lambda key, params: estimator.estimate(key, params, target)[0], (0, None)))(
+        keys, params
+    )
     return np.concatenate(
         [np.asarray(leaf).reshape(num_draws, -1) for leaf in jax.tree_util.tree_leaves(grads)], 1
     )
@@ -448,13 +451,19 @@ def test_advi_entropy_matches_jacobian_form(family_name):
         else:
             params = {"loc": jnp.asarray([-1.0, 0.5, 2.0]), "scale": jnp.asarray([-1.0, 0.3, 1.5])}
         num = 200_000
-        eps = family.sample_standardized(params, jax.random.key(7), (num,))
-        z = jax.vmap(family.transform, (None, 0))(params, eps)
-        jacobian_form = jax.vmap(family.log_abs_det_jacobian, (None, 0))(params, eps) - jax.vmap(
-            family.log_prob_standardized, (None, 0)
-        )(params, eps)
-        density_form = -jax.vmap(family.log_prob, (None, 0))(params, z)
-        exact = np.asarray(family.entropy(params))
+
+        @jax.jit  # one program (eagerly, each primitive compiles on its own)
+        def forms(params, key):
+            eps = family.sample_standardized(params, key, (num,))
+            z = jax.vmap(family.transform, (None, 0))(params, eps)
+            jacobian_form = jax.vmap(family.log_abs_det_jacobian, (None, 0))(params, eps) - jax.vmap(
+                family.log_prob_standardized, (None, 0)
+            )(params, eps)
+            density_form = -jax.vmap(family.log_prob, (None, 0))(params, z)
+            return z, jacobian_form, density_form, family.entropy(params)
+
+        z, jacobian_form, density_form, exact = forms(params, jax.random.key(7))
+        exact = np.asarray(exact)
         for draws in (np.asarray(jacobian_form), np.asarray(density_form)):
             standard_error = draws.std(0) / math.sqrt(num)
             assert np.all(np.abs(draws.mean(0) - exact) < TOLERANCE * standard_error + 1e-9)

@@ -202,9 +202,14 @@ def test_transformed_normal_has_unbiased_g_rep_gradients(case):
     _check(model, params)
     with jax.enable_x64(True):  # the family's quadrature entropy against a Monte Carlo one
         p = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), params)["y"]
-        eps = family.sample_standardized(p, jax.random.key(2), (200_000,))
-        entropy_mc = -jnp.mean(family.log_prob(p, family.transform(p, eps)))
-        assert float(family.entropy(p)) == pytest.approx(float(entropy_mc), abs=0.02)
+
+        @jax.jit  # one program (eagerly, each primitive compiles on its own)
+        def entropies(p, key):
+            eps = family.sample_standardized(p, key, (200_000,))
+            return family.entropy(p), -jnp.mean(family.log_prob(p, family.transform(p, eps)))
+
+        entropy, entropy_mc = entropies(p, jax.random.key(2))
+        assert float(entropy) == pytest.approx(float(entropy_mc), abs=0.02)
 
 
 @pytest.mark.parametrize(
@@ -228,14 +233,28 @@ def test_transformed_normal_entropy_and_support(constraint, shape):
     family = TransformedNormal(shape=shape, constraint=constraint)
     params = family.init_params()
     params = {"loc": params["loc"] + 0.3, "scale": params["scale"] + 1.0}
-    eps = family.sample_standardized(params, jax.random.key(0), (20_000,))
-    z = family.transform(params, eps)
-    assert bool(jnp.all(constraint(z)))
-    assert family.log_prob(params, z).shape == (20_000,) + family.batch_shape
-    minus_log_q = -np.asarray(family.log_prob(params, z), np.float64)
+
+    @jax.jit  # one program (eagerly, each primitive compiles on its own)
+    def draws(params, key):
+        eps = family.sample_standardized(params, key, (20_000,))
+        z = family.transform(params, eps)
+        log_q = family.log_prob(params, z)
+        return (
+            eps,
+            z,
+            jnp.all(constraint(z)),
+            log_q,
+            family.entropy(params),
+            family.standardize(params, z[:10]),
+        )
+
+    eps, z, in_support, log_q, entropy, standardized = draws(params, jax.random.key(0))
+    assert bool(in_support)
+    assert log_q.shape == (20_000,) + family.batch_shape
+    minus_log_q = -np.asarray(log_q, np.float64)
     error = minus_log_q.std(0) / math.sqrt(minus_log_q.shape[0])
-    assert np.all(np.abs(np.asarray(family.entropy(params)) - minus_log_q.mean(0)) < 5 * error + 1e-3)
-    np.testing.assert_allclose(family.standardize(params, z[:10]), eps[:10], rtol=1e-3, atol=1e-3)
+    assert np.all(np.abs(np.asarray(entropy) - minus_log_q.mean(0)) < 5 * error + 1e-3)
+    np.testing.assert_allclose(standardized, eps[:10], rtol=1e-3, atol=1e-3)
 
 
 def test_square_transforms_log_jacobian_is_the_determinant():
@@ -256,8 +275,9 @@ def test_square_transforms_log_jacobian_is_the_determinant():
                 return y[rows, cols]
             return y
 
-        _, expected = jnp.linalg.slogdet(jax.jacfwd(flat)(u))
-        value = bijector.log_abs_det_jacobian(u, bijector(u))
+        # compiled (eagerly, each primitive of the Jacobian compiles on its own: 106 programs)
+        _, expected = jax.jit(lambda u, flat=flat: jnp.linalg.slogdet(jax.jacfwd(flat)(u)))(u)
+        value = jax.jit(lambda u, bijector=bijector: bijector.log_abs_det_jacobian(u, bijector(u)))(u)
         assert float(value) == pytest.approx(float(expected), abs=1e-4)
 
 
