@@ -211,6 +211,7 @@ def _nan_grad(z):
     return _nan_grad_core(z["rate"])
 
 
+@pytest.mark.slow  # 25-34 s (three DEF fits); every CLI run of the DEF fits its model.target()
 def test_fit_takes_a_models_target_and_hands_it_log_space_draws():
     """``fit(model.target(), data=model.data)`` runs the model's log-space factors: the same
     parameters, bit for bit, as the explicit call with ``log_space=True``; the value-space

@@ -177,6 +177,7 @@ def test_repeated_batches_are_independent_and_average_the_globals_gradient():
     assert 0.15 < spread[4] / spread[1] < 0.4, spread
 
 
+@pytest.mark.slow  # 8 s; the plain step's rows: test_step_updates_only_the_batch_rows
 def test_repeated_batches_update_only_their_rows():
     problem = _def_problem(rows=12, batch_size=2)
     optimizer = advi_stepsize(0.1)
