@@ -148,6 +148,7 @@ def test_obs_mask_imputation_is_refused_with_the_way_on():
     assert set(adapted.families) == {"mu", "y_missing"}
 
 
+@pytest.mark.slow  # 16 s; a default fit's accuracy: test_defaults_fit_a_numpyro_model_to_its_exact_posterior
 def test_a_model_without_arguments_fits_its_prior():
     """A NumPyro model with no data (no argument at all): the posterior is the prior, Gamma(2, 1)
     and Beta(2, 3); ``fit`` used to refuse the empty data pytree ``()``."""
