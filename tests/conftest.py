@@ -5,6 +5,13 @@ it in ``JAX_PLATFORMS``); the CPU is the default and CI's platform.
 
 As in numpyro's ``test/conftest.py``: ``GREPVI_TEST_X64=1 pytest`` runs the whole suite with
 ``jax_enable_x64`` on; tests that need float64 locally use ``jax.enable_x64(True)``.
+
+A test's own heavy computation (a model's gradient, an estimator over many keys, a family's
+draws and densities) is compiled as one program, ``jax.jit(...)``: run eagerly, each primitive
+compiles on its own (20-40 ms each), and a sparse gamma DEF's float64 gradient took 36 s so
+against 2 s compiled. The exception is a parametrized family whose cases share the eager
+primitives' compilations (``tests/test_grep.py``'s closed-form comparison: 17 s eagerly over
+four cases, 41 s jitted, one program per case).
 """
 
 import os
