@@ -9,6 +9,7 @@ exact posterior parameters, and ``exact_elbo(params)``: the ELBO in closed form 
 joint under ``q`` plus entropy), whose ``jax.grad`` is the exact gradient.
 """
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -264,13 +265,23 @@ def _flatten(tree):
     return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(tree)])
 
 
-def gradient_draws(estimator, target, params, rng_key, num_draws: int, batch_size: int = 10_000, data=None):
+def gradient_draws(
+    estimator,
+    target,
+    params,
+    rng_key,
+    num_draws: int,
+    batch_size: int = 10_000,
+    data=None,
+    compiler_options=None,
+):
     """``num_draws`` independent one-call gradient estimates, flattened, float64 (draws x dims).
 
-    ``data``: the data pytree of a target with ``takes_data`` (e.g. ``model.target()``)."""
+    ``data``: the data pytree of a target with ``takes_data`` (e.g. ``model.target()``).
+    ``compiler_options``: XLA options of the batch's program (``jax.jit``'s)."""
     from grepvi.target import bind_data
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compiler_options)
     def batch(keys, params, data):
         bound = bind_data(target, data)
         grads, _ = jax.vmap(estimator.estimate, in_axes=(0, None, None))(keys, params, bound)
@@ -285,9 +296,16 @@ def gradient_draws(estimator, target, params, rng_key, num_draws: int, batch_siz
 
 
 def check_unbiased(
-    estimator, model: ConjugateModel, params, rng_key, num_draws: int = 100_000, use_local=True
+    estimator,
+    model: ConjugateModel,
+    params,
+    rng_key,
+    num_draws: int = 100_000,
+    use_local=True,
+    compiler_options=None,
 ) -> GradientCheck:
-    """Mean of ``num_draws`` gradient draws vs ``jax.grad(model.exact_elbo)(params)``."""
+    """Mean of ``num_draws`` gradient draws vs ``jax.grad(model.exact_elbo)(params)``
+    (``compiler_options``: of the draws' program, :func:`gradient_draws`)."""
     from grepvi.target import Target
 
     target = Target(
@@ -296,7 +314,7 @@ def check_unbiased(
         model.local_logdensity_fn if use_local else None,
         log_space=model.log_space,
     )
-    draws = gradient_draws(estimator, target, params, rng_key, num_draws)
+    draws = gradient_draws(estimator, target, params, rng_key, num_draws, compiler_options=compiler_options)
     exact = _flatten(jax.grad(model.exact_elbo)(params))
     variance = draws.var(0, ddof=1)
     return GradientCheck(draws.mean(0), np.sqrt(variance / num_draws), exact, variance)
