@@ -42,6 +42,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("grepvi", "svi", "nuts")
+# A/B contenders, run only when named: the defaults with a part of the library turned off
+EXTRA_CONTENDERS = ("grepvi-unstacked",)
 ELBO_DRAWS = 20_000
 
 
@@ -58,13 +60,17 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
     entry = ALL_MODELS[model_name]
     args = tuple(jax.numpy.asarray(a) for a in entry.args)
     record = {"contender": contender, "model": model_name}
-    if contender == "grepvi":
+    if contender in ("grepvi", "grepvi-unstacked"):
         import numpyro  # noqa: F401 - imported before the clock, as the peers' (a NumPyro user's model needs it)
         import numpyro.distributions  # noqa: F401
         from numpyro import handlers  # noqa: F401
 
         from grepvi.interop.numpyro_model import from_numpyro
 
+        if contender == "grepvi-unstacked":  # every latent its own array in the step (before 31)
+            from grepvi.inference import stacking
+
+            stacking.plan = lambda families: None
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -210,7 +216,9 @@ def main(argv=None):
         "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
     )
     parser.add_argument("--user", action="store_true", help="the eight of user_models.py (without --models)")
-    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument(
+        "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
     parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
@@ -239,21 +247,22 @@ def main(argv=None):
         reference = results.get("nuts") or _run("nuts", model, args.seed)
         records.extend(results.values())
         print(f"\n{model}: {ALL_MODELS[model].description}")
-        header = f"  {'contender':<9} {'time s':>7} {'process s':>9} {'max|dmean|/sd':>14} {'ELBO':>16}  note"
+        columns = f"{'time s':>7} {'process s':>9} {'max|dmean|/sd':>14} {'ELBO':>16}"
+        header = f"  {'contender':<16} {columns}  note"
         print(header)
         for contender, record in results.items():
             if "error" in record:
-                print(f"  {contender:<9} failed (exit {record['error']})")
+                print(f"  {contender:<16} failed (exit {record['error']})")
                 continue
             distance = ""
             if contender != "nuts" and "error" not in reference:
                 distance = f"{_distance(record, reference):.3f}"
             elbo = f"{record['elbo']:.2f} +- {record['elbo_se']:.2f}" if "elbo" in record else ""
             note = ""
-            if contender == "grepvi":
+            if contender.startswith("grepvi"):
                 note = f"{'converged' if record['converged'] else 'NOT converged'}, {record['iterations']} it"
             times = f"{record['time']:>7.2f} {record['process']:>9.2f}"
-            print(f"  {contender:<9} {times} {distance:>14} {elbo:>16}  {note}")
+            print(f"  {contender:<16} {times} {distance:>14} {elbo:>16}  {note}")
         ok = {c: r for c, r in results.items() if "error" not in r}
         if "grepvi" in ok:
             mine = ok["grepvi"]["time"]

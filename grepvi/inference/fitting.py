@@ -25,7 +25,7 @@ from grepvi import validation
 from grepvi.errors import ConfigError, NonFiniteStepWarning, NotConvergedWarning, NumericalError
 from grepvi.estimators.base import Estimator, get_estimator
 from grepvi.families.base import Family, Posterior
-from grepvi.inference import controller, driver, rules
+from grepvi.inference import controller, driver, rules, stacking
 from grepvi.inference.batch_size import resolve_batch_size
 from grepvi.inference.compilation_cache import (
     SMALL_MODEL_ELEMENTS,
@@ -35,7 +35,16 @@ from grepvi.inference.compilation_cache import (
 )
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.cost import jaxpr_flops
-from grepvi.inference.state import StepInfo, Trace, check_target, init, make_target, step, traced_once
+from grepvi.inference.state import (
+    StepInfo,
+    Trace,
+    check_target,
+    init,
+    initial_params,
+    make_target,
+    step,
+    traced_once,
+)
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
@@ -71,7 +80,9 @@ class FitResult(NamedTuple):
         estimated ``accuracy``, the rule kept and why); see :class:`grepvi.inference.controller.Convergence`.
       run_state: everything the run needs to continue (:class:`grepvi.inference.driver.RunState`):
         ``fit(..., resume=result.run_state)`` with a larger cap goes on as if it had not
-        stopped.
+        stopped. It holds the run's own layout: latents of one family with equal options
+        stacked into one (:mod:`grepvi.inference.stacking`; ``params`` and ``state`` are in
+        the model's).
       batch_size: the rows of the data per step (``None``: every row), chosen by
         ``batch_size="auto"`` where not given.
     """
@@ -268,12 +279,14 @@ def setup(
     keep_params: bool = False,
     batch_size: int | None = None,
     model=None,
-    check: bool = True,
+    check: bool | Callable = True,
     parallel: bool = False,
 ) -> Setup:
     """The window, plan and initial state of a fit (the default procedure, or a fixed schedule
     with ``step_size`` / ``optimizer``); ``batch_size`` runs minibatch VI over the rows of
-    ``model`` (:mod:`grepvi.inference.minibatch`)."""
+    ``model`` (:mod:`grepvi.inference.minibatch`). ``check``: the model checked at the
+    initial parameters (:func:`~grepvi.inference.state.check_target`), or a function
+    ``check(params, data)`` that checks it."""
     fixed = step_size is not None or optimizer is not None
     settings = settings or AdaptiveSettings()
     if chunk_size is not None:
@@ -313,7 +326,9 @@ def setup(
         return most_repeats, step_fn, initial_loop, place, data, widened_step_fn
 
     most_repeats, step_fn, initial_loop, place, data, widened_step_fn = build(None if fixed else draws)
-    if check:
+    if callable(check):
+        check(initial_loop.params, data)
+    elif check:
         check_target(target, initial_loop.params, data)
     if not fixed and batch_size is None and not parallel and draws > 1:
         # the first draws by what one costs: the step traced here is the one the window
@@ -603,6 +618,16 @@ def fit(
         max_steps = DEFAULT_FIXED_STEPS if fixed else DEFAULT_MAX_STEPS
     if tolerance is not None:
         settings = (settings or AdaptiveSettings())._replace(tolerance=tolerance)
+    original, stacked = target, None
+    if batch_size is None and not parallel:  # minibatch and sharded steps slice latents by rows
+        stacked = stacking.plan(target.families)
+    check = resume is None
+    if stacked is not None:
+        if check:  # the model's checks on its own latents (errors name them)
+            check = functools.partial(_check_unstacked, target, stacked)
+        target = stacked.target(target)
+        if init_params is not None:
+            init_params = stacked.stack(initial_params(None, original.families, init_params))
     prepared = setup(
         target,
         estimator,
@@ -617,7 +642,7 @@ def fit(
         time_budget=time_budget,
         batch_size=batch_size,
         model=model,
-        check=resume is None,
+        check=check,
         parallel=parallel,
     )
     start = prepared.initial
@@ -636,12 +661,20 @@ def fit(
     except NumericalError:
         _warn_skipped(trace, int(trace.arrays().get("iteration", [0])[-1:].sum()), 0, None)
         raise
-    return _result(prepared, final, trace, fixed)
+    return _result(prepared, final, trace, fixed, stacked, original)
 
 
-def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver, fixed: bool) -> FitResult:
+def _result(
+    prepared: Setup,
+    final: driver.RunState,
+    trace: driver.TraceObserver,
+    fixed: bool,
+    stacked: stacking.Stacking | None = None,
+    original: Target | None = None,
+) -> FitResult:
     """The :class:`FitResult` of a finished run (warning where it did not converge or skipped
-    steps)."""
+    steps); with ``stacked``, its parameters and states in the layout of the ``original``
+    target's latents (``run_state`` stays the run's own, for ``resume``)."""
     plan, target = prepared.plan, prepared.target
     convergence = controller.convergence(
         final.controller, plan.candidates, plan.settings, plan.distance, plan.base_draws
@@ -656,6 +689,9 @@ def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver
         None if fixed or int(final.controller.phase) == controller.TRIAL else int(final.controller.candidate)
     )
     _warn(trace, convergence, prepared.estimator, fixed, kept)
+    state = final.loop._replace(params=params)
+    if stacked is not None:
+        params, state, target = stacked.unstack(params), stacked.unstack(state), original
     posterior = {name: Posterior(family, params[name]) for name, family in target.families.items()}
     return FitResult(
         params=params,
@@ -663,7 +699,7 @@ def _result(prepared: Setup, final: driver.RunState, trace: driver.TraceObserver
         posterior=posterior,
         trace=result_trace,
         estimator=prepared.estimator.name,
-        state=final.loop._replace(params=params),
+        state=state,
         convergence=convergence,
         run_state=final,
         batch_size=prepared.batch_size,
@@ -676,6 +712,12 @@ def _spent_before_run(start: driver.RunState, called: float) -> driver.RunState:
     and its check took 7-10 s of it on the Olivetti DEF (2 loaded cores), which the run's
     own clock did not see (a 30 s budget ran 37 s)."""
     return start._replace(wall_time=np.float64(time.perf_counter() - called))
+
+
+def _check_unstacked(target: Target, stacked: stacking.Stacking, params: dict, data) -> None:
+    """:func:`~grepvi.inference.state.check_target` of the model's own ``target`` at stacked
+    ``params``."""
+    check_target(target, stacked.unstack(params), data)
 
 
 def _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space):
