@@ -619,7 +619,9 @@ def fit(
     if tolerance is not None:
         settings = (settings or AdaptiveSettings())._replace(tolerance=tolerance)
     original, stacked = target, None
-    if batch_size is None and not parallel:  # minibatch and sharded steps slice latents by rows
+    # small models only: their compile time is what stacking shortens (minibatch and sharded
+    # steps slice latents by rows)
+    if batch_size is None and not parallel and latent_elements(target.families) <= SMALL_MODEL_ELEMENTS:
         stacked = stacking.plan(target.families)
     check = resume is None
     if stacked is not None:
@@ -627,7 +629,8 @@ def fit(
             check = functools.partial(_check_unstacked, target, stacked)
         target = stacked.target(target)
         if init_params is not None:
-            init_params = stacked.stack(initial_params(None, original.families, init_params))
+            given = initial_params(None, original.families, init_params)
+            init_params = stacked.stack({name: given[name] for name in original.families})
     prepared = setup(
         target,
         estimator,
@@ -691,7 +694,7 @@ def _result(
     _warn(trace, convergence, prepared.estimator, fixed, kept)
     state = final.loop._replace(params=params)
     if stacked is not None:
-        params, state, target = stacked.unstack(params), stacked.unstack(state), original
+        (params, state), target = _unstacked(stacked, (params, state)), original
     posterior = {name: Posterior(family, params[name]) for name, family in target.families.items()}
     return FitResult(
         params=params,
@@ -714,10 +717,15 @@ def _spent_before_run(start: driver.RunState, called: float) -> driver.RunState:
     return start._replace(wall_time=np.float64(time.perf_counter() - called))
 
 
+def _unstacked(stacked: stacking.Stacking, tree):
+    """``stacked.unstack(tree)`` as one compiled program (eagerly each slice compiles alone)."""
+    return jax.jit(stacked.unstack, compiler_options=once_compiler_options())(tree)
+
+
 def _check_unstacked(target: Target, stacked: stacking.Stacking, params: dict, data) -> None:
     """:func:`~grepvi.inference.state.check_target` of the model's own ``target`` at stacked
     ``params``."""
-    check_target(target, stacked.unstack(params), data)
+    check_target(target, _unstacked(stacked, params), data)
 
 
 def _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space):
