@@ -68,32 +68,18 @@ def _options_key(family: Family):
 
 
 class Stacking(NamedTuple):
-    """How the latents are stacked: ``groups[key] = (members, family)`` for each stacked latent
-    ``key`` (its family of shape ``(n,)``), ``families`` the original ones."""
+    """How the latents are stacked (:func:`plan`): ``groups[key] = (members, family)`` for each
+    stacked latent ``key`` (its family of shape ``(n,)``), ``families`` the original ones,
+    ``stacked_families`` the step's, ``grouped`` the names of the latents stacked."""
 
     groups: dict
     families: dict
-
-    @property
-    def stacked_families(self) -> dict:
-        grouped = {member.name for members, _ in self.groups.values() for member in members}
-        families = {name: family for name, family in self.families.items() if name not in grouped}
-        families.update({key: family for key, (_, family) in self.groups.items()})
-        return families
-
-    def members_of(self, names) -> list:
-        """The original latent names behind stacked ``names`` (others as they are)."""
-        out = []
-        for name in names:
-            if name in self.groups:
-                out.extend(member.name for member in self.groups[name][0])
-            else:
-                out.append(name)
-        return out
+    stacked_families: dict
+    grouped: frozenset
 
     # --- the layouts ----------------------------------------------------------------------
     def _is_latent_dict(self, keys) -> bool:
-        return set(keys) == set(self.stacked_families)
+        return len(keys) == len(self.stacked_families) and all(k in self.stacked_families for k in keys)
 
     def unstack(self, tree):
         """``tree`` with every dict keyed by the stacked latents replaced by one keyed by the
@@ -120,7 +106,7 @@ class Stacking(NamedTuple):
         def convert(node):
             if not (isinstance(node, dict) and set(node) == originals):
                 return node
-            out = {name: value for name, value in node.items() if not self._grouped(name)}
+            out = {name: value for name, value in node.items() if name not in self.grouped}
             for key, (members, _) in self.groups.items():
                 parts = [node[member.name] for member in members]
                 out[key] = jax.tree_util.tree_map(
@@ -129,9 +115,6 @@ class Stacking(NamedTuple):
             return {name: out[name] for name in sorted(out)}
 
         return _map_dicts(convert, tree, lambda keys: set(keys) == originals)
-
-    def _grouped(self, name) -> bool:
-        return any(name == member.name for members, _ in self.groups.values() for member in members)
 
     # --- the target -----------------------------------------------------------------------
     def target(self, target: Target) -> Target:
@@ -164,7 +147,7 @@ class Stacking(NamedTuple):
 
     def stack_values(self, values: dict) -> dict:
         """Per-latent arrays of the latents' shapes (local log joints) stacked (flattened)."""
-        out = {name: value for name, value in values.items() if not self._grouped(name)}
+        out = {name: value for name, value in values.items() if name not in self.grouped}
         for key, (members, _) in self.groups.items():
             missing = [member.name for member in members if member.name not in values]
             if missing:
@@ -217,7 +200,10 @@ def plan(families: dict) -> Stacking | None:
         groups[key] = (tuple(members), dataclasses.replace(families[names[0]], shape=(start,)))
     if not groups:
         return None
-    return Stacking(groups, dict(families))
+    grouped = frozenset(member.name for members, _ in groups.values() for member in members)
+    stacked = {name: family for name, family in families.items() if name not in grouped}
+    stacked.update({key: family for key, (_, family) in groups.items()})
+    return Stacking(groups, dict(families), stacked, grouped)
 
 
 def _group_name(names, families) -> str:
