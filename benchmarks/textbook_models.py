@@ -372,6 +372,12 @@ LARGER_MODELS = {
         simulated_grouped_rows(),
         "varying-intercept logistic regression, 10,000 rows, 200 groups x 10 features (simulated)",
     ),
+    "logistic_100k": TextbookModel(
+        "logistic_100k",
+        logistic,
+        simulated_logistic(num_rows=100_000, num_features=10),
+        "logistic regression, 100,000 x 10 (simulated)",
+    ),
 }
 
 

@@ -173,7 +173,11 @@ def _shared_elbo(model, args, draws, log_q):
     import numpy as np
     from numpyro.infer.util import log_density
 
-    log_p = jax.vmap(lambda z: log_density(model, args, {}, z)[0])(draws)
+    # in chunks of draws: 20,000 draws of a 100,000-row model's log density at once would hold
+    # 2e9 floats
+    rows = max(int(np.size(a)) for a in jax.tree_util.tree_leaves(args))
+    chunk = max(1, min(ELBO_DRAWS, 2**26 // max(rows, 1)))
+    log_p = jax.lax.map(lambda z: log_density(model, args, {}, z)[0], draws, batch_size=chunk)
     values = np.asarray(log_p - log_q, np.float64)
     return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
 

@@ -108,6 +108,7 @@ class Plan(NamedTuple):
     place: Callable | None = None  # lays a loop state out over a device mesh (data parallel)
     max_repeats: int = 1  # the most repeats of a step's gradient estimates the controller may set
     base_draws: int = 1  # gradient estimates in one repeat
+    num_elements: int = 0  # latent elements (0: unknown; no stage ends before its tolerance)
 
 
 def make_window(
@@ -385,6 +386,7 @@ def _decide(state, summary, new_loop, plan):
         distance=plan.distance,
         latent_names=plan.latent_names,
         max_repeats=plan.max_repeats,
+        num_elements=plan.num_elements,
     )
 
 

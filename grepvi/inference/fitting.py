@@ -359,7 +359,9 @@ def setup(
     plan, state, start = _default_plan(
         target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
     )
-    plan = plan._replace(max_repeats=most_repeats, base_draws=draws)
+    plan = plan._replace(
+        max_repeats=most_repeats, base_draws=draws, num_elements=elements if batch_size is None else 0
+    )
     initial = driver.RunState(start, state, np.float64(0.0))
     return Setup(window, plan, initial, data, target, estimator, False, widened_window, batch_size)
 
