@@ -1049,9 +1049,7 @@ def _stage_update(
     bias = math.nan
     clipped = _stage_clipped(state)
     if bool(state.has_previous):
-        change = distance(average, jax.tree_util.tree_map(np.subtract, average, state.previous))
-        ratio = scale / float(state.previous_scale)
-        bias = stage_bias(systematic_change(change, accuracy, float(state.previous_accuracy)), ratio)
+        change, ratio, bias = _against_previous(state, accuracy, scale, distance)
         state = state._replace(stage_change=_f(change), stage_bias=_f(bias))
         # the previous stage's own error enters the estimate times ratio / (1 - ratio)
         settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * _tolerance(settings)
@@ -1101,18 +1099,25 @@ def _provisional(
 
     The stage then only serves the next one's bias estimate, where its error is removed from
     the change (:func:`systematic_change`); run to the tolerance it cost four times the
-    iterates. On a 10,000-group gamma-Poisson hierarchy (Adam halving its step, one draw a
-    step) each of three stages averaged about 4,400 iterates to 0.02 sd."""
+    iterates. On a 10,000-group gamma-Poisson hierarchy (natural steps, one draw a step, the
+    step halved between stages) each of three stages averaged about 4,400 iterates to 0.02 sd."""
     tolerance = _tolerance(settings)
     if num_elements < EARLY_END_ELEMENTS or not accuracy <= EARLY_END_ACCURACY * tolerance:
         return False
     if not bool(state.has_previous):
         return True
+    return _against_previous(state, accuracy, scale, distance)[2] > 2.0 * tolerance
+
+
+def _against_previous(state: ControllerState, accuracy: float, scale: float, distance):
+    """``(change, ratio, bias)``: the stage's average against the previous stage's (Fisher
+    metric, sd), its ``rho / D`` (``scale``) over the previous one's, and its bias estimated
+    from the part of the change beyond the two averages' errors."""
     average = state.mean
     change = distance(average, jax.tree_util.tree_map(np.subtract, average, state.previous))
     ratio = scale / float(state.previous_scale)
     bias = stage_bias(systematic_change(change, accuracy, float(state.previous_accuracy)), ratio)
-    return bias > 2.0 * tolerance
+    return change, ratio, bias
 
 
 def _step_divisor(bias: float, settings, num_elements: int) -> float:
