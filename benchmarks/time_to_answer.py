@@ -16,6 +16,9 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
   adapter).
 * ``svi``: NumPyro SVI, ``AutoNormal`` guide, ``Adam(0.01)``, ``Trace_ELBO``, 10,000 steps.
 * ``nuts``: NumPyro NUTS, one chain, 1,000 warmup + 1,000 draws.
+* A/B, run only when named: ``grepvi-unstacked`` (every latent its own array in the step, as
+  before the thirty-first session), ``grepvi-fusion-emitters`` (small models' step programs
+  compiled with XLA's fusion emitters: ``docs/performance.md``, thirty-third session).
 
 ``time`` is the wall time from the model and data in hand (imports done: NumPyro, its
 distributions and handlers for every contender, as a NumPyro user has them; until the
@@ -42,8 +45,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("grepvi", "svi", "nuts")
-# A/B contenders, run only when named: the defaults with a part of the library turned off
-EXTRA_CONTENDERS = ("grepvi-unstacked",)
+# A/B contenders, run only when named: the defaults with one part of the library changed
+EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters")
 ELBO_DRAWS = 20_000
 
 
@@ -60,7 +63,7 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
     entry = ALL_MODELS[model_name]
     args = tuple(jax.numpy.asarray(a) for a in entry.args)
     record = {"contender": contender, "model": model_name}
-    if contender in ("grepvi", "grepvi-unstacked"):
+    if contender.startswith("grepvi"):
         import numpyro  # noqa: F401 - imported before the clock, as the peers' (a NumPyro user's model needs it)
         import numpyro.distributions  # noqa: F401
         from numpyro import handlers  # noqa: F401
@@ -71,6 +74,10 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
             from grepvi.inference import stacking
 
             stacking.plan = lambda families: None
+        if contender == "grepvi-fusion-emitters":  # small models' steps with XLA's fusion emitters
+            from grepvi.inference import compilation_cache
+
+            compilation_cache.SMALL_MODEL_COMPILER_OPTIONS["xla_cpu_use_fusion_emitters"] = True
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
