@@ -80,9 +80,23 @@ def enable_persistent_cache(path: str | os.PathLike | None = None) -> Path | Non
 SMALL_MODEL_ELEMENTS = 10_000  # latent elements up to which step programs compile for size
 SMALL_MODEL_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
 LARGE_MODEL_COMPILER_OPTIONS = {"xla_backend_optimization_level": 3}
+DATA_BOUND_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": True, "xla_backend_optimization_level": 2}
+# A small model's step is data-bound, and compiles with XLA's fusion emitters, where it
+# evaluates special functions on at least DATA_BOUND_SPECIAL_ELEMENTS elements or costs at
+# least DATA_BOUND_FLOPS (jaxpr_flops), and gathers at most MAX_GATHERED_ELEMENTS elements.
+DATA_BOUND_SPECIAL_ELEMENTS = 2**14
+DATA_BOUND_FLOPS = 2**23
+MAX_GATHERED_ELEMENTS = 2**11
 
 
-def step_compiler_options(num_elements: int, backend: str | None = None) -> dict:
+def step_compiler_options(
+    num_elements: int,
+    backend: str | None = None,
+    *,
+    special_elements: int = 0,
+    gathered_elements: int = 0,
+    flops: float = 0.0,
+) -> dict:
     """XLA options for a step program of a model with ``num_elements`` latent elements.
 
     On CPU, for models up to ``SMALL_MODEL_ELEMENTS`` elements, XLA's older loop emitters and
@@ -98,6 +112,22 @@ def step_compiler_options(num_elements: int, backend: str | None = None) -> dict
     earlier, rolled bits, the same at either level), on MNIST's MF 68.9 ms against 117
     (91.8), for about 0.9 s more compilation (``-O0``: 107 ms a step). Other backends: none.
 
+    **A small model's data-bound step keeps the fusion emitters** (at ``-O2``), given the
+    step's counts from its jaxpr (:mod:`grepvi.inference.cost`): ``special_elements``, the
+    elements of special functions (``lgamma``, ``digamma``, ...: XLA expands each into a
+    long polynomial; the older emitters run a fusion of several of them at a third of the
+    speed), at least ``DATA_BOUND_SPECIAL_ELEMENTS``; or ``flops`` at least
+    ``DATA_BOUND_FLOPS``; and in either case ``gathered_elements`` (the fusion emitters'
+    gathers ran 18 times slower: 10,000 rows of 200 group effects, 128 against 7 us) at most
+    ``MAX_GATHERED_ELEMENTS``. Whole default fits, one process each (``benchmarks/
+    time_to_answer.py``, contender ``grepvi-fusion-emitters``): a negative-binomial regression
+    of 500 rows (32,103 special elements a step) 14.69 -> 11.81 s, a beta regression of 200
+    rows (73,094) 12.02 -> 11.27 s, a logistic regression of 100,000 rows (16.9 MFLOP a step)
+    12.34 -> 10.30 s; with the fusion emitters everywhere the other models lost their 0.5-1.9
+    s more compilation, and more where they gather (a varying-intercept logistic regression
+    of 10,000 rows, 30,001 gathered elements: 6.20 -> 8.14 s). Of the 36 small textbook
+    models only those two have more than 5,025 special elements a step (``docs/performance.md``).
+
     Use: ``jax.jit(program, compiler_options=step_compiler_options(n))`` or
     ``lowered.compile(compiler_options=...)``.
     """
@@ -106,6 +136,9 @@ def step_compiler_options(num_elements: int, backend: str | None = None) -> dict
         return {}
     if int(num_elements) > SMALL_MODEL_ELEMENTS:
         return dict(LARGE_MODEL_COMPILER_OPTIONS)
+    heavy = special_elements >= DATA_BOUND_SPECIAL_ELEMENTS or flops >= DATA_BOUND_FLOPS
+    if heavy and gathered_elements <= MAX_GATHERED_ELEMENTS:
+        return dict(DATA_BOUND_COMPILER_OPTIONS)
     return dict(SMALL_MODEL_COMPILER_OPTIONS)
 
 

@@ -22,7 +22,28 @@ import math
 import jax
 import numpy as np
 
-__all__ = ["jaxpr_flops"]
+__all__ = ["jaxpr_flops", "jaxpr_elements", "SPECIAL_FUNCTIONS"]
+
+# Primitives XLA expands into long polynomial or series code per element (NumPyro's gamma,
+# beta, negative-binomial and Student-t log densities and their gradients call them).
+SPECIAL_FUNCTIONS = frozenset(
+    {
+        "lgamma",
+        "digamma",
+        "polygamma",
+        "igamma",
+        "igammac",
+        "igamma_grad_a",
+        "random_gamma_grad",
+        "regularized_incomplete_beta",
+        "erf",
+        "erfc",
+        "erf_inv",
+        "bessel_i0e",
+        "bessel_i1e",
+        "zeta",
+    }
+)
 
 _FREE = {
     "broadcast_in_dim",
@@ -80,31 +101,55 @@ def _sub_jaxprs(eqn):
     return found
 
 
-def jaxpr_flops(jaxpr) -> float:
-    """The floating-point operations of one run of ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``)."""
+def _walk(jaxpr, cost) -> float:
+    """``cost(eqn)`` summed over one run of ``jaxpr``: a while loop's body once (its trip count
+    is dynamic), a ``scan``'s body times its length, a ``cond``'s costliest branch."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0.0
     for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
         inner = _sub_jaxprs(eqn)
         if inner:
-            costs = [jaxpr_flops(sub) for sub in inner]
-            if name == "cond":
+            costs = [_walk(sub, cost) for sub in inner]
+            if eqn.primitive.name == "cond":
                 total += max(costs)
-            elif name == "scan":
+            elif eqn.primitive.name == "scan":
                 total += sum(costs) * int(eqn.params.get("length", 1))
             else:
                 total += sum(costs)
             continue
-        if name in _FREE:
-            continue
-        out = sum(_size(var.aval) for var in eqn.outvars)
-        if name == "dot_general":
-            (contracting, _), _ = eqn.params["dimension_numbers"]
-            lhs = getattr(eqn.invars[0].aval, "shape", ())
-            total += 2.0 * out * float(np.prod([lhs[d] for d in contracting])) if contracting else out
-        elif name in _REDUCE:
-            total += sum(_size(var.aval) for var in eqn.invars)
-        else:
-            total += out
+        total += cost(eqn)
     return total
+
+
+def _flops(eqn) -> float:
+    name = eqn.primitive.name
+    if name in _FREE:
+        return 0.0
+    out = sum(_size(var.aval) for var in eqn.outvars)
+    if name == "dot_general":
+        (contracting, _), _ = eqn.params["dimension_numbers"]
+        lhs = getattr(eqn.invars[0].aval, "shape", ())
+        return 2.0 * out * float(np.prod([lhs[d] for d in contracting])) if contracting else float(out)
+    if name in _REDUCE:
+        return float(sum(_size(var.aval) for var in eqn.invars))
+    return float(out)
+
+
+def jaxpr_flops(jaxpr) -> float:
+    """The floating-point operations of one run of ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``)."""
+    return _walk(jaxpr, _flops)
+
+
+def jaxpr_elements(jaxpr, primitives) -> int:
+    """The output elements of the equations of ``primitives`` (names, e.g.
+    :data:`SPECIAL_FUNCTIONS` or ``{"gather"}``) in one run of ``jaxpr``, counted as
+    :func:`jaxpr_flops` counts: what sizes the compiler options of a step
+    (:func:`grepvi.inference.compilation_cache.step_compiler_options`)."""
+    names = frozenset(primitives)
+
+    def elements(eqn) -> float:
+        if eqn.primitive.name not in names:
+            return 0.0
+        return float(sum(_size(var.aval) for var in eqn.outvars))
+
+    return int(_walk(jaxpr, elements))

@@ -34,7 +34,7 @@ from grepvi.inference.compilation_cache import (
     step_compiler_options,
 )
 from grepvi.inference.controller import AdaptiveSettings, Convergence
-from grepvi.inference.cost import jaxpr_flops
+from grepvi.inference.cost import SPECIAL_FUNCTIONS, jaxpr_elements, jaxpr_flops
 from grepvi.inference.state import (
     StepInfo,
     Trace,
@@ -168,6 +168,18 @@ def traced_step(step_fn, state, data):
     (:func:`grepvi.inference.cost.jaxpr_flops`)."""
     replayed, _ = traced_once(step_fn, state, data)
     return replayed, jaxpr_flops(replayed.jaxpr)
+
+
+def step_profile(jaxpr) -> dict:
+    """What a step's jaxpr holds that sizes its compiler options
+    (:func:`grepvi.inference.compilation_cache.step_compiler_options`): ``special_elements``
+    (elements of special functions such as ``lgamma``), ``gathered_elements`` and ``flops``
+    (:mod:`grepvi.inference.cost`)."""
+    return {
+        "special_elements": jaxpr_elements(jaxpr, SPECIAL_FUNCTIONS),
+        "gathered_elements": jaxpr_elements(jaxpr, {"gather"}),
+        "flops": jaxpr_flops(jaxpr),
+    }
 
 
 MAX_FIRST_DRAWS = 64
@@ -330,18 +342,26 @@ def setup(
         check(initial_loop.params, data)
     elif check:
         check_target(target, initial_loop.params, data)
+    elements = latent_elements(target.families)
+    traced = False
     if not fixed and batch_size is None and not parallel and draws > 1:
         # the first draws by what one costs: the step traced here is the one the window
         # replays (no second trace of the model where the draws stand)
         step_fn, flops = traced_step(step_fn, initial_loop, data)
+        traced = True
         cheaper = draws_per_step(target.families, estimator, flops / draws)
         if cheaper < draws:
             draws = cheaper
             most_repeats, step_fn, _, place, data, widened_step_fn = build(draws, initial_loop)
-    elements = latent_elements(target.families)
+            traced = False
+    profile = {}
+    if batch_size is None and not parallel and elements <= SMALL_MODEL_ELEMENTS:
+        if not traced:  # traced once here, replayed by the window: no second trace
+            step_fn, _ = traced_step(step_fn, initial_loop, data)
+        profile = step_profile(step_fn.jaxpr)
     compiled_as = dict(
         track_mean=not fixed,
-        compiler_options=step_compiler_options(elements),
+        compiler_options=step_compiler_options(elements, **profile),
         unrolled_threefry=elements <= SMALL_MODEL_ELEMENTS,
     )
     window = driver.make_window(step_fn, length, keep_params, **compiled_as)
