@@ -34,7 +34,7 @@ OPTION_SETS = {
     "legacy-emitters-O1": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1},
     "legacy-emitters-O0": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0},
     "small": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2},
-    # the small-model options with XLA's fusion emitters back: a negative-binomial and a beta
+    # compilation_cache.DATA_BOUND_COMPILER_OPTIONS: a negative-binomial and a beta
     # regression's steps 2.2 and 1.5 times faster, pumps' 7% slower (docs/performance.md)
     "small-fusion-emitters": {"xla_cpu_use_fusion_emitters": True, "xla_backend_optimization_level": 2},
     "small-split2": {
