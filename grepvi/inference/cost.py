@@ -1,11 +1,13 @@
-"""What a traced program costs: a floating-point operation count of a jaxpr.
+"""What a traced program costs: a floating-point operation count of a jaxpr, and the elements
+of chosen primitives (special functions, gathers) in it.
 
 The default procedure sizes the first draws per step by what one draw costs
-(:func:`grepvi.inference.fitting.draws_per_step`). The count is taken from the jaxpr of the
-step that the compiled window replays anyway (:func:`grepvi.inference.state.traced_once`), so
-it costs a walk over the equations, not a compilation (XLA's own ``cost_analysis`` needs the
-compiled or lowered program: 0.15-0.25 s on the textbook models, a second compilation where
-the draws change).
+(:func:`grepvi.inference.fitting.draws_per_step`), and a small model's compiler options by
+what its step evaluates (:func:`grepvi.inference.compilation_cache.step_compiler_options`).
+The counts are taken from the jaxpr of the step that the compiled window replays anyway
+(:func:`grepvi.inference.state.traced_once`), so they cost a walk over the equations, not a
+compilation (XLA's own ``cost_analysis`` needs the compiled or lowered program: 0.15-0.25 s
+on the textbook models, a second compilation where the draws change).
 
 The count follows XLA's ``HloCostAnalysis`` in kind: an elementwise or reducing operation
 counts one per element of its output (of its input for a reduction), ``dot_general`` two per
