@@ -98,7 +98,6 @@ def test_a_data_bound_small_step_keeps_the_fusion_emitters():
 
 def _window_options(monkeypatch, logdensity_fn, latents, data):
     """The compiler options :func:`grepvi.inference.fitting.setup` gives the default window."""
-    import grepvi
     from grepvi.estimators.base import get_estimator
     from grepvi.inference import driver, fitting
     from grepvi.inference.state import make_target
@@ -115,7 +114,7 @@ def _window_options(monkeypatch, logdensity_fn, latents, data):
     target = make_target(logdensity_fn, latents, takes_data=True)
     target = target._replace(families=estimator.adapt_families(target.families))
     fitting.setup(target, estimator, data=data)
-    assert seen and grepvi  # the window was made
+    assert seen  # the window was made
     return seen[0]
 
 
