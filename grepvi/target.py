@@ -18,6 +18,7 @@ from grepvi.families.base import Family, from_log_space
 __all__ = [
     "Target",
     "bind_data",
+    "latent_names",
     "inputs_from_values",
     "inputs_at_means",
     "values_from_inputs",
@@ -50,6 +51,9 @@ class Target(NamedTuple):
         estimators then hand the model the exact draws the families make (in log space)
         instead of ``z`` clamped to float's range: a gamma draw of ``1e-45`` or a beta draw
         within ``1e-9`` of 1 reaches the model intact. The built-in models are written so.
+      members: for a target on stacked latents (:mod:`grepvi.inference.stacking`), each
+        stacked latent's members ``((name, size), ...)`` in the order of its elements: the step
+        then reports a non-finite gradient per latent of the model (:func:`latent_names`).
     """
 
     logdensity_fn: Callable[..., jax.Array]
@@ -58,6 +62,19 @@ class Target(NamedTuple):
     takes_data: bool = False
     bound_data: Any = None  # the data bound by bind_data (for estimators that wrap others)
     log_space: bool = False
+    members: dict | None = None
+
+
+def latent_names(target: Target) -> tuple[str, ...]:
+    """The names of the model's latents in the order of the step's per-latent reports
+    (``StepInfo.nonfinite_latents``): the target's latents in sorted order, a stacked one
+    replaced by its members (``target.members``)."""
+    members = target.members or {}
+    return tuple(
+        member
+        for name in sorted(target.families)
+        for member in ((name,) if name not in members else tuple(m for m, _ in members[name]))
+    )
 
 
 def bind_data(target: Target, data) -> Target:
@@ -84,6 +101,7 @@ def bind_data(target: Target, data) -> Target:
         None if local_fn is None else (lambda latents: local_fn(latents, data)),
         bound_data=data,
         log_space=target.log_space,
+        members=target.members,
     )
 
 

@@ -20,7 +20,8 @@ from grepvi.estimators.base import sample_standardized
 from grepvi.estimators.grep import grep_surrogate
 from grepvi.families import Beta, Dirichlet, Gamma, Normal
 from grepvi.inference import stacking
-from grepvi.inference.state import make_target
+from grepvi.inference.state import initial_params, make_target, nonfinite_latents
+from grepvi.target import latent_names
 
 # three gamma-Poisson rates (one of them a vector of 2), a beta-Bernoulli probability pair and
 # a normal mean: the exact posteriors are known
@@ -227,3 +228,32 @@ def test_a_model_error_names_the_models_own_latent():
 
     with pytest.raises(ModelError, match="no entry for latent 'b'"):
         grepvi.fit(full, {"a": Gamma(), "b": Gamma()}, local_logdensity_fn=local, progress=False)
+
+
+def test_the_step_flags_a_non_finite_gradient_per_member_of_a_stacked_latent():
+    stacked = stacking.plan(_families())
+    target = stacked.target(make_target(_logdensity, _families()))
+    names = latent_names(target)
+    assert sorted(names) == sorted(_families())  # the model's names, none stacked
+    params = stacked.stack(initial_params(jax.random.key(0), _families()))
+    zeros = stacked.unstack(jax.tree_util.tree_map(jnp.zeros_like, params))
+    for bad in _families():
+        poisoned = jax.tree_util.tree_map(
+            lambda leaf: leaf.reshape(-1).at[-1].set(jnp.nan).reshape(leaf.shape), zeros[bad]
+        )
+        grad = stacked.stack({**zeros, bad: poisoned})
+        flags = np.asarray(jax.jit(lambda g: nonfinite_latents(g, target))(grad))
+        assert [n for n, flag in zip(names, flags, strict=True) if flag] == [bad]
+
+
+def test_a_stalled_stacked_fit_names_the_members_latent_not_the_stack():
+    def logdensity(z):
+        # finite value, a NaN gradient in b only (the where-branch that is not taken)
+        b_term = jnp.where(z["b"] > 0, 0.0, jnp.sqrt(-z["b"]))
+        return jnp.sum(jnp.log(z["a"]) - z["a"]) - z["b"] + b_term + jnp.log(z["c"]) - z["c"]
+
+    families = {"a": Gamma(), "b": Gamma(), "c": Gamma()}
+    assert stacking.plan(families).groups  # the three are one stacked latent
+    with pytest.warns(grepvi.errors.NonFiniteStepWarning, match=r"\['b'\]"):
+        with pytest.raises(grepvi.errors.NumericalError, match=r"for latent\(s\) \['b'\]"):
+            grepvi.fit(logdensity, families, progress=False)

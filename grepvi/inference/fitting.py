@@ -48,7 +48,7 @@ from grepvi.inference.state import (
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
-from grepvi.target import Target
+from grepvi.target import Target, latent_names
 
 __all__ = [
     "FitResult",
@@ -368,7 +368,7 @@ def setup(
     widened_window = None
     if widened_step_fn is not None:  # compiled only if a run meets an overflow
         widened_window = driver.make_window(widened_step_fn, length, keep_params, **compiled_as)
-    names = tuple(sorted(target.families))
+    names = latent_names(target)  # the model's (a stacked latent's members)
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
         plan = driver.Plan(
@@ -675,7 +675,7 @@ def fit(
         start = driver.resumable(driver.from_storage(prepared.initial, driver.to_storage(resume), "resume"))
     elif time_budget is not None:
         start = _spent_before_run(start, called)
-    trace = driver.TraceObserver(tuple(sorted(target.families)), float(start.wall_time))
+    trace = driver.TraceObserver(latent_names(target), float(start.wall_time))
     observers = [trace] + ([] if callback is None else [_CallbackObserver(callback)])
     if progress if progress is not None else (max_steps is None or max_steps >= 1000):
         observers.append(

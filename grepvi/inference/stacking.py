@@ -130,8 +130,12 @@ class Stacking(NamedTuple):
         else:
             logdensity_fn = lambda latents: full(unstack(latents))  # noqa: E731
             local_fn = None if local is None else (lambda latents: stack_local(local(unstack(latents))))
+        members = {key: tuple((m.name, m.size) for m in group) for key, (group, _) in self.groups.items()}
         return target._replace(
-            logdensity_fn=logdensity_fn, local_logdensity_fn=local_fn, families=self.stacked_families
+            logdensity_fn=logdensity_fn,
+            local_logdensity_fn=local_fn,
+            families=self.stacked_families,
+            members=members,
         )
 
     def unstack_values(self, latents: dict) -> dict:

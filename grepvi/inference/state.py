@@ -6,6 +6,7 @@ that runs steps is :mod:`grepvi.inference.driver` (compiled windows, both proced
 ``fit`` is in :mod:`grepvi.inference.fitting`.
 """
 
+import functools
 import warnings
 from typing import Any, NamedTuple
 
@@ -55,7 +56,7 @@ class VIState(NamedTuple):
 class StepInfo(NamedTuple):
     elbo: jax.Array
     finite: jax.Array  # bool: the update was applied
-    nonfinite_latents: jax.Array  # bool per latent (sorted names): its gradient was non-finite
+    nonfinite_latents: jax.Array  # bool per latent (grepvi.target.latent_names): its gradient was non-finite
     extras: dict
 
 
@@ -352,6 +353,36 @@ def traced_once(function, *args):
     return replayed, shapes
 
 
+def nonfinite_latents(grad: dict, target: Target) -> jax.Array:
+    """Whether each latent's gradient has a non-finite component, one flag per latent of the
+    model in the order of :func:`grepvi.target.latent_names`. A stacked latent
+    (``target.members``) gets one flag per member, from its elements' flags (its leaves are
+    elementwise, ``(n,)``) reduced over each member's contiguous slice: a message names ``b``,
+    not the stacked ``a+b+c``."""
+    members = target.members or {}
+    flags = []
+    for name in sorted(target.families):
+        leaves = jax.tree_util.tree_leaves(grad[name])
+        if name not in members:
+            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
+            flags.append(jnp.logical_not(finite)[None])
+            continue
+        sizes = [size for _, size in members[name]]
+        total = sum(sizes)
+        bad = functools.reduce(
+            jnp.logical_or,
+            [jnp.any(~jnp.isfinite(jnp.reshape(leaf, (total, -1))), axis=1) for leaf in leaves],
+        )
+        segments = np.repeat(np.arange(len(sizes)), sizes)
+        flags.append(
+            jax.ops.segment_max(
+                bad.astype(jnp.int32), segments, num_segments=len(sizes), indices_are_sorted=True
+            )
+            > 0
+        )
+    return jnp.concatenate(flags)
+
+
 def step(
     state: VIState, target: Target, estimator: Estimator, optimizer, data=None, repeats=None
 ) -> tuple[VIState, StepInfo]:
@@ -379,15 +410,7 @@ def step(
         estimate = repeated_estimate(estimate, repeats)
     grad, info, *statistics = estimate(key, state.params, target)
     grad = materialize_gradient(grad, state.iteration >= 0)
-    names = sorted(target.families)
-    nonfinite = jnp.stack(
-        [
-            jnp.logical_not(
-                jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grad[n])]))
-            )
-            for n in names
-        ]
-    )
+    nonfinite = nonfinite_latents(grad, target)
     negative_grad = jax.tree_util.tree_map(jnp.negative, grad)
     updates, new_opt_state = optimizer.update(negative_grad, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
