@@ -18,7 +18,9 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
 * ``nuts``: NumPyro NUTS, one chain, 1,000 warmup + 1,000 draws.
 * A/B, run only when named: ``grepvi-unstacked`` (every latent its own array in the step, as
   before the thirty-first session), ``grepvi-fusion-emitters`` (small models' step programs
-  compiled with XLA's fusion emitters: ``docs/performance.md``, thirty-third session).
+  compiled with XLA's fusion emitters: ``docs/performance.md``, thirty-third session),
+  ``grepvi-quadratic-cv`` (G-REP with ``control_variate="quadratic"``, the opt-in quadratic
+  control variate: ``docs/performance.md``, thirty-fourth session).
 
 ``time`` is the wall time from the model and data in hand (imports done: NumPyro, its
 distributions and handlers for every contender, as a NumPyro user has them; until the
@@ -46,7 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("grepvi", "svi", "nuts")
 # A/B contenders, run only when named: the defaults with one part of the library changed
-EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters")
+EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters", "grepvi-quadratic-cv")
 ELBO_DRAWS = 20_000
 
 
@@ -78,11 +80,14 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
             from grepvi.inference import compilation_cache
 
             compilation_cache.SMALL_MODEL_COMPILER_OPTIONS["xla_cpu_use_fusion_emitters"] = True
+        options = {}
+        if contender == "grepvi-quadratic-cv":  # the opt-in quadratic control variate
+            options = {"estimator_options": {"control_variate": "quadratic"}}
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             adapted = from_numpyro(entry.model, *args)
-            result = adapted.fit(progress=False, seed=seed)
+            result = adapted.fit(progress=False, seed=seed, **options)
             jax.block_until_ready(result.params)
         record["time"] = time.perf_counter() - start
         record["converged"] = bool(result.converged)

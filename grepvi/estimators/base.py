@@ -44,7 +44,8 @@ class CarriedState(NamedTuple):
     """An estimator's state carried from one step to the next (e.g. a control variate's running
     average), as pure functions:
 
-    * ``init(families) -> state``: before the first step;
+    * ``init(families, log_space) -> state``: before the first step (``log_space``: the
+      target's, :class:`~grepvi.target.Target`);
     * ``estimate(rng_key, params, target, state) -> (grad, EstimateInfo, statistics)``: the
       estimate given the state, and what the draws tell the state (a pytree of floats, which
       a step that averages several estimates averages too);
@@ -54,7 +55,7 @@ class CarriedState(NamedTuple):
     draws, so the estimate stays unbiased whatever the state holds.
     """
 
-    init: Callable[[dict[str, Family]], Any]
+    init: Callable[[dict[str, Family], bool], Any]
     estimate: Callable[[Any, dict, Target, Any], tuple[dict, EstimateInfo, Any]]
     advance: Callable[[Any, Any], Any]
 

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from grepvi.errors import ConfigError
+from grepvi.estimators import quadratic_control_variate
 from grepvi.estimators.base import (
     CarriedState,
     EstimateInfo,
@@ -187,32 +188,56 @@ def grep_surrogate(
     ``sticking_the_landing``: the Gaussian-based families' entropy gradient by its path
     derivative (:func:`path_entropy_correction`).
     """
-    value, (elbo, _) = _surrogate_and_local(params, eps, target, baseline, sticking_the_landing)
+    value, (elbo, *_) = _surrogate_and_local(params, eps, target, baseline, sticking_the_landing)
     return value, elbo
 
 
-def _surrogate_and_local(params, eps, target: Target, baseline, sticking_the_landing):
-    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` beside the ELBO."""
+def _surrogate_and_local(
+    params, eps, target: Target, baseline, sticking_the_landing, expansion=None, probe=None
+):
+    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` beside the ELBO.
+
+    ``expansion``: the log joint's quadratic expansion
+    (:mod:`grepvi.estimators.quadratic_control_variate`): the gradient is G-REP's of the
+    residual ``f - f~`` (its local log joints ``f_i - f~_i`` in ``g_corr``) plus the exact
+    gradient of ``E_q[f~]``, and the covered latents take the analytic entropy gradient (the
+    expansion already cancels what the path derivative would). ``probe``: zeros added to
+    those latents' inputs to the log joint, whose gradient is then the draw's input gradient
+    (``latents``, the inputs, is returned beside the local log joints)."""
     families = target.families
     latents = transform_all(params, eps, families, target.log_space)
-    log_joint = target.logdensity_fn(latents)
+    inputs = latents if probe is None else {**latents, **{n: latents[n] + probe[n] for n in probe}}
+    log_joint = target.logdensity_fn(inputs)
+    residual, covered = log_joint, ()
+    if expansion is not None:
+        approx, approx_local = quadratic_control_variate.evaluate(expansion, latents, families)
+        residual, covered = log_joint - approx, expansion.names
     if target.local_logdensity_fn is None:
         local = {
-            name: jnp.broadcast_to(jax.lax.stop_gradient(log_joint), family.batch_shape)
+            name: jnp.broadcast_to(jax.lax.stop_gradient(residual), family.batch_shape)
             for name, family in families.items()
         }
     else:
         local = local_log_joints(target, jax.lax.stop_gradient(latents))
+        if expansion is not None:
+            local = {
+                name: value - jax.lax.stop_gradient(approx_local[name]) if name in approx_local else value
+                for name, value in local.items()
+            }
     correction = 0.0
+    if expansion is not None:
+        mean_approx = quadratic_control_variate.expectation(expansion, params, families, target.log_space)
+        correction = mean_approx - approx
     for name, family in families.items():
         log_q_eps = family.log_prob_standardized(params[name], eps[name])
         weight = local[name] if baseline is None else local[name] - baseline[name]
         weight = jnp.where(jnp.isfinite(weight), weight, local[name])
         correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * log_q_eps)
     if sticking_the_landing:
-        correction = correction + path_entropy_correction(params, eps, families)
+        uncovered = {name: family for name, family in families.items() if name not in covered}
+        correction = correction + path_entropy_correction(params, eps, uncovered)
     elbo = log_joint + total_entropy(params, families)
-    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local)
+    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local, latents)
 
 
 def average_gradient_variance(per_sample_grads):
@@ -265,6 +290,7 @@ def multi_sample_carried(single, num_samples: int, compute_variance: bool):
 
 
 BASELINES = ("running", "means", "none")
+CONTROL_VARIATES = ("none", "quadratic")
 
 
 @register_estimator("grep")
@@ -273,6 +299,7 @@ def grep(
     compute_variance: bool = False,
     baseline: bool | str = True,
     sticking_the_landing: bool = True,
+    control_variate: str = "none",
 ) -> Estimator:
     """G-REP by autodiff of the surrogate above, averaged over ``num_samples`` draws.
 
@@ -296,19 +323,51 @@ def grep(
     ``sticking_the_landing``: the Gaussian-based families' entropy gradient by its path
     derivative (Roeder et al. 2017; unbiased; default on). ``baseline=False,
     sticking_the_landing=False`` is the paper's plain estimator.
+
+    ``control_variate``: ``"quadratic"`` subtracts the log joint's second-order expansion at the
+    means and adds its exact expected gradient
+    (:mod:`grepvi.estimators.quadratic_control_variate`) over the latents whose input moments
+    are known; ``"none"`` (the default) does not. Opt-in: it helps strongly coupled small
+    models and hurts others (the module's docstring). Needs ``baseline="running"`` (the
+    expansion is fitted to past draws and carried with the baseline).
     """
     num_samples = positive_int(num_samples, "num_samples")
     stl = bool(sticking_the_landing)
     kind = ("running" if baseline else "none") if isinstance(baseline, bool) else baseline
     if kind not in BASELINES:
         raise ConfigError(f"baseline: expected True, False or one of {BASELINES}, got {baseline!r}")
+    if control_variate not in CONTROL_VARIATES:
+        raise ConfigError(f"control_variate: expected one of {CONTROL_VARIATES}, got {control_variate!r}")
+    quadratic = control_variate == "quadratic"
+    if quadratic and kind != "running":
+        raise ConfigError(
+            f"control_variate: 'quadratic' is fitted to past draws and needs the running baseline's "
+            f"carried state (baseline='running'), got baseline={baseline!r}"
+        )
 
     def single(rng_key, params, target, baseline_values=None):
         eps = sample_standardized(rng_key, params, target.families)
-        grad, (elbo, local) = jax.grad(_surrogate_and_local, has_aux=True)(
+        grad, (elbo, local, _) = jax.grad(_surrogate_and_local, has_aux=True)(
             params, eps, target, baseline_values, stl
         )
         return grad, EstimateInfo(elbo=elbo, extras={}), local
+
+    def single_expanded(rng_key, params, target, baseline_values, running):
+        """One draw with the quadratic control variate; also what it tells the regression."""
+        families, log_space = target.families, target.log_space
+        eps = sample_standardized(rng_key, params, families)
+        expansion = quadratic_control_variate.expansion(running, params, families, log_space)
+        probe = {
+            name: jnp.zeros(families[name].shape, jax.tree_util.tree_leaves(params[name])[0].dtype)
+            for name in expansion.names
+        }
+        (grad, input_grad), (elbo, local, inputs) = jax.grad(
+            _surrogate_and_local, argnums=(0, 6), has_aux=True
+        )(params, eps, target, baseline_values, stl, expansion, probe)
+        statistics = quadratic_control_variate.draw_statistics(
+            expansion, input_grad, inputs, params, families, log_space
+        )
+        return grad, EstimateInfo(elbo=elbo, extras={}), local, statistics
 
     def estimate(rng_key, params, target):
         values = baseline_log_joints(params, target) if kind != "none" else None
@@ -322,10 +381,33 @@ def grep(
         grad, info, local = single(rng_key, params, target, values)
         return grad, info, {name: local[name] - at_means[name] for name in local}
 
+    def expanded_draw(rng_key, params, target, state):
+        baseline_state, running = state
+        at_means = baseline_log_joints(params, target)
+        offsets = running_offsets(baseline_state)
+        values = {name: at_means[name] + offsets[name] for name in at_means}
+        grad, info, local, statistics = single_expanded(rng_key, params, target, values, running)
+        return grad, info, ({name: local[name] - at_means[name] for name in local}, statistics)
+
+    def expanded_init(families, log_space=False):
+        return init_running_baseline(families), quadratic_control_variate.init(families, log_space)
+
+    def expanded_advance(state, statistics):
+        return (
+            advance_running_baseline(state[0], statistics[0]),
+            quadratic_control_variate.advance(state[1], statistics[1]),
+        )
+
     carried = None
-    if kind == "running":
+    if quadratic:
         carried = CarriedState(
-            init=init_running_baseline,
+            init=expanded_init,
+            estimate=multi_sample_carried(expanded_draw, num_samples, compute_variance),
+            advance=expanded_advance,
+        )
+    elif kind == "running":
+        carried = CarriedState(
+            init=lambda families, log_space=False: init_running_baseline(families),
             estimate=multi_sample_carried(carried_draw, num_samples, compute_variance),
             advance=advance_running_baseline,
         )
@@ -337,6 +419,7 @@ def grep(
             "compute_variance": compute_variance,
             "baseline": kind,
             "sticking_the_landing": stl,
+            "control_variate": control_variate,
         },
         carried=carried,
     )

@@ -120,6 +120,17 @@ class Family(abc.ABC):
         """A value ``z`` in the log space of the support (``log``, ``logit`` or itself)."""
         return to_log_space(z, self.support)
 
+    def has_input_moments(self, log_space: bool) -> bool:
+        """Whether :meth:`input_moments` is known in closed form for a target with or without
+        ``log_space`` (:mod:`grepvi.estimators.quadratic_control_variate`)."""
+        return False
+
+    def input_moments(self, params: Params, log_space: bool):
+        """``(E_q[x], Var_q[x])`` per element of the latent as the target receives it (``x``
+        in the log space of the support with ``log_space``, ``z`` without), differentiable in
+        the parameters."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form input moments")
+
     def log_space_mean(self, params: Params) -> jax.Array:
         """``E_q[z]`` in the log space of the support (``log``/``logit`` of the mean), computed
         where the family allows without forming the mean (a log-normal's ``exp(mu + s^2/2)``

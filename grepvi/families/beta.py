@@ -84,6 +84,14 @@ class Beta(Family):
             "concentration0": self.min_concentration + numerics.softplus(params["concentration0"]),
         }
 
+    def has_input_moments(self, log_space: bool) -> bool:
+        return bool(log_space)
+
+    def input_moments(self, params, log_space: bool):
+        """``E[logit z] = psi(a) - psi(b)``, ``Var[logit z] = psi_1(a) + psi_1(b)``."""
+        a, b = self._ab(params)
+        return numerics.digamma(a) - numerics.digamma(b), numerics.trigamma(a) + numerics.trigamma(b)
+
     def _ab(self, params):
         natural = self.natural_params(params)
         return natural["concentration1"], natural["concentration0"]

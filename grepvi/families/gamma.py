@@ -89,6 +89,14 @@ class Gamma(Family):
         rate = concentration / self._mean(params)
         return {"concentration": concentration, "rate": rate}
 
+    def has_input_moments(self, log_space: bool) -> bool:
+        return bool(log_space)
+
+    def input_moments(self, params, log_space: bool):
+        """``E[log z] = psi(alpha) - log beta``, ``Var[log z] = psi_1(alpha)``."""
+        a = self._concentration(params)
+        return numerics.digamma(a) - self._log_rate(params), numerics.trigamma(a)
+
     def _log_rate(self, params):
         """``log beta = log alpha - log mean``, and its derivative, finite for tiny means.
 

@@ -48,6 +48,15 @@ class LocationScale(Family):
     def natural_params(self, params):
         return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
 
+    def has_input_moments(self, log_space: bool) -> bool:
+        # ``mu + sigma eps`` is the draw in log space (log z, logit z, z on the real line)
+        return bool(log_space) or self.support == "real"
+
+    def input_moments(self, params, log_space: bool):
+        """``(mu, sigma^2)``: the input is ``mu + sigma eps`` (see :meth:`has_input_moments`)."""
+        scale = numerics.softplus(params["scale"])
+        return params["loc"], scale * scale
+
     def sample_standardized(self, params, rng_key, sample_shape=()):
         dtype = jnp.result_type(params["loc"])
         return jax.random.normal(rng_key, tuple(sample_shape) + self.shape, dtype)

@@ -111,6 +111,14 @@ class Affine(Family):
     def max_shape(self):
         return self.base.max_shape
 
+    def has_input_moments(self, log_space: bool) -> bool:
+        # the input is z itself; on a bounded interval a quadratic in z is a fair expansion
+        return self.base.support == "unit_interval" and self.base.has_input_moments(True)
+
+    def input_moments(self, params, log_space: bool):
+        """``(E[z], Var[z])`` (the input is ``z`` in either space)."""
+        return self.mean(params), self.variance(params)
+
     def _loc(self, dtype):
         return jnp.asarray(self.loc, dtype)
 

@@ -633,6 +633,11 @@ def fit(
     target, model, data = _resolve_target(logdensity_fn, latents, local_logdensity_fn, data, log_space)
     target = target._replace(families=estimator.adapt_families(target.families))
     batch_size = resolve_batch_size(batch_size, model, target.families, estimator, parallel)
+    if estimator.options.get("control_variate") == "quadratic" and (batch_size is not None or parallel):
+        raise ConfigError(
+            "control_variate: 'quadratic' needs full-batch steps on one device; "
+            "leave it out with batch_size or parallel"
+        )
     if data is not None:
         data = jax.tree_util.tree_map(jnp.asarray, data)
     max_steps = num_steps

@@ -313,7 +313,7 @@ def init(
         rng_key=run_key,
         iteration=jnp.zeros([], jnp.int32),
         num_skipped=jnp.zeros([], jnp.int32),
-        estimator_state=None if carried is None else carried.init(problem.families),
+        estimator_state=None if carried is None else carried.init(problem.families, problem.log_space),
     )
 
 

@@ -271,7 +271,7 @@ def _init(rng_key, target: Target, optimizer, init_params: dict | None = None, c
         rng_key=run_key,
         iteration=jnp.zeros([], jnp.int32),
         num_skipped=jnp.zeros([], jnp.int32),
-        estimator_state=None if carried is None else carried.init(target.families),
+        estimator_state=None if carried is None else carried.init(target.families, target.log_space),
     )
 
 
