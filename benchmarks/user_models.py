@@ -19,6 +19,11 @@ Each entry of :data:`USER_MODELS` is a :class:`textbook_models.TextbookModel`:
   The adapter dropped factor sites until this session (3 posterior sd off).
 * ``poisson_offset``: a Poisson regression with an exposure offset and Student-t priors on a
   vector coefficient (``expand(...).to_event(1)``).
+
+Added in the thirty-fourth session, written for the change it measures (not before, as the
+eight above): ``uniform_priors``, a Student-t regression whose four parameters have BUGS-style
+``Uniform(a, b)`` priors on four different intervals (four ``Affine`` betas: stacked into one
+latent since that session).
 """
 
 import numpy as np
@@ -139,6 +144,23 @@ def poisson_offset(x, exposure, y):
         numpyro.sample("y", dist.Poisson(exposure * jnp.exp(b0 + x @ b)), obs=y)
 
 
+_UNIFORM_RNG = np.random.default_rng(34)  # its own stream: the eight models' data stay as they were
+UNIFORM_X = _UNIFORM_RNG.normal(size=80).astype(np.float32)
+UNIFORM_Y = (1.0 + 0.8 * UNIFORM_X + 0.5 * _UNIFORM_RNG.standard_t(5.0, size=80)).astype(np.float32)
+
+
+def uniform_priors(x, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    a = numpyro.sample("a", dist.Uniform(-10.0, 10.0))
+    b = numpyro.sample("b", dist.Uniform(-5.0, 5.0))
+    sigma = numpyro.sample("sigma", dist.Uniform(0.0, 20.0))
+    nu = numpyro.sample("nu", dist.Uniform(1.0, 30.0))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.StudentT(nu, a + b * x, sigma), obs=y)
+
+
 USER_MODELS = {
     entry.name: entry
     for entry in (
@@ -165,6 +187,12 @@ USER_MODELS = {
             poisson_offset,
             (OFFSET_X, EXPOSURE, OFFSET_Y),
             "Poisson regression with exposure",
+        ),
+        TextbookModel(
+            "uniform_priors",
+            uniform_priors,
+            (UNIFORM_X, UNIFORM_Y),
+            "Student-t regression, four Uniform priors (simulated)",
         ),
     )
 }

@@ -19,6 +19,7 @@ from grepvi.errors import ModelError
 from grepvi.estimators.base import sample_standardized
 from grepvi.estimators.grep import grep_surrogate
 from grepvi.families import Beta, Dirichlet, Gamma, Normal
+from grepvi.families.transformed import Affine
 from grepvi.inference import stacking
 from grepvi.inference.state import initial_params, make_target, nonfinite_latents
 from grepvi.target import latent_names
@@ -257,3 +258,53 @@ def test_a_stalled_stacked_fit_names_the_members_latent_not_the_stack():
     with pytest.warns(grepvi.errors.NonFiniteStepWarning, match=r"\['b'\]"):
         with pytest.raises(grepvi.errors.NumericalError, match=r"for latent\(s\) \['b'\]"):
             grepvi.fit(logdensity, families, progress=False)
+
+
+def _uniform_families():
+    """Four ``Uniform`` priors of a BUGS model (Affine betas on their own intervals), a
+    reflected shifted gamma (``c - Gamma``, an interval of another kind) and a gamma."""
+    return {
+        "u": Affine(base=Beta(), loc=-2.0, scale=4.0),
+        "v": Affine(base=Beta(shape=(2,)), loc=0.5, scale=np.asarray([0.5, 2.0])),
+        "w": Affine(base=Beta(), loc=0.0, scale=1.0),
+        "x": Affine(base=Gamma(), loc=1.0, scale=1.0),  # (1, inf)
+        "y": Affine(base=Gamma(), loc=3.0, scale=-1.0),  # (-inf, 3): another support kind
+        "g": Gamma(),
+    }
+
+
+def test_affine_latents_on_different_intervals_stack_with_each_elements_bounds():
+    plan = stacking.plan(_uniform_families())
+    assert set(plan.groups) == {"u+v+w"}
+    members, family = plan.groups["u+v+w"]
+    assert isinstance(family, Affine) and family.base == Beta(shape=(4,))
+    np.testing.assert_array_equal(family.loc, [-2.0, 0.5, 0.5, 0.0])
+    np.testing.assert_array_equal(family.scale, [4.0, 0.5, 2.0, 1.0])
+    assert set(plan.stacked_families) == {"u+v+w", "x", "y", "g"}
+    # a positive base stacks where the support's kind is one
+    both = stacking.plan({"x": Affine(base=Gamma(), loc=1.0), "z": Affine(base=Gamma(), loc=-4.0, scale=2.0)})
+    assert set(both.groups) == {"x+z"}
+
+
+def test_the_stacked_affine_target_is_the_model_and_its_grep_gradient_the_same_numbers():
+    families = _uniform_families()
+    bounds = {"u": (-2.0, 2.0), "w": (0.0, 1.0)}
+
+    def logdensity(z):  # a likelihood that reads every latent's value
+        inside = sum(jnp.sum(jnp.log(z[n] - lo) + jnp.log(hi - z[n])) for n, (lo, hi) in bounds.items())
+        return inside + jnp.sum(jnp.sin(z["v"])) - z["x"] + z["y"] - z["g"]
+
+    target = make_target(logdensity, families, log_space=True)
+    plan = stacking.plan(families)
+    stacked = plan.target(target)
+    params = jax.tree_util.tree_map(lambda x: x + 0.3, {n: f.init_params() for n, f in families.items()})
+    eps = sample_standardized(jax.random.key(1), params, families)
+    own_value, own_grad = jax.value_and_grad(grep_surrogate, has_aux=True)(params, eps, target)
+    value, grad = jax.value_and_grad(grep_surrogate, has_aux=True)(
+        plan.stack(params), plan.stack(eps), stacked
+    )
+    np.testing.assert_allclose(value[0], own_value[0], rtol=1e-6)
+    for x, y in zip(
+        jax.tree_util.tree_leaves(plan.unstack(grad)), jax.tree_util.tree_leaves(own_grad), strict=True
+    ):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
