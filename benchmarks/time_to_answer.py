@@ -8,7 +8,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --models claims_10k hierarchical_logistic   # two larger ones
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
-    python benchmarks/time_to_answer.py --user                # the nine of user_models.py
+    python benchmarks/time_to_answer.py --user                # the ten of user_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -231,7 +231,7 @@ def main(argv=None):
     parser.add_argument(
         "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
     )
-    parser.add_argument("--user", action="store_true", help="the nine of user_models.py (without --models)")
+    parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )

@@ -23,7 +23,9 @@ Each entry of :data:`USER_MODELS` is a :class:`textbook_models.TextbookModel`:
 Added in the thirty-fourth session, written for the change it measures (not before, as the
 eight above): ``uniform_priors``, a Student-t regression whose four parameters have BUGS-style
 ``Uniform(a, b)`` priors on four different intervals (four ``Affine`` betas: stacked into one
-latent since that session).
+latent since that session); ``dirichlet_rows``, a three-arm trial with three outcome categories,
+each arm's outcome probabilities a separate ``Dirichlet`` site (one stacked latent of three rows
+since that session).
 """
 
 import numpy as np
@@ -148,6 +150,20 @@ _UNIFORM_RNG = np.random.default_rng(34)  # its own stream: the eight models' da
 UNIFORM_X = _UNIFORM_RNG.normal(size=80).astype(np.float32)
 UNIFORM_Y = (1.0 + 0.8 * UNIFORM_X + 0.5 * _UNIFORM_RNG.standard_t(5.0, size=80)).astype(np.float32)
 
+ARM_COUNTS = np.stack(
+    [_UNIFORM_RNG.multinomial(40, p) for p in ([0.2, 0.3, 0.5], [0.4, 0.4, 0.2], [0.1, 0.2, 0.7])]
+).astype(np.float32)
+
+
+def dirichlet_rows(counts):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    for arm in range(counts.shape[0]):
+        p = numpyro.sample(f"p{arm}", dist.Dirichlet(jnp.ones(counts.shape[1])))
+        numpyro.sample(f"y{arm}", dist.Multinomial(counts[arm].sum(), p), obs=counts[arm])
+
 
 def uniform_priors(x, y):
     import numpyro
@@ -193,6 +209,12 @@ USER_MODELS = {
             uniform_priors,
             (UNIFORM_X, UNIFORM_Y),
             "Student-t regression, four Uniform priors (simulated)",
+        ),
+        TextbookModel(
+            "dirichlet_rows",
+            dirichlet_rows,
+            (ARM_COUNTS,),
+            "three-arm trial, a Dirichlet site per arm (simulated)",
         ),
     )
 }

@@ -11,8 +11,9 @@ latents of one family with equal options are the same computation on one longer 
 :func:`plan` groups the latents whose families are of one built-in elementwise type with
 equal options (``Gamma``, ``Beta``, ``Normal``, ``LogNormal``, ``LogitNormal``, and an
 ``Affine`` of one of them on any interval of one kind; shapes may differ) into one latent of
-shape ``(n,)``, ``n`` their elements in all, flattened in sorted
-order of their names. :meth:`Stacking.target` is the target on the stacked latents (the
+shape ``(n,)``, ``n`` their elements in all, and the ``Dirichlet`` latents of one event size
+``K`` into one of shape ``(n, K)``, ``n`` their rows; in sorted order of their names.
+:meth:`Stacking.target` is the target on the stacked latents (the
 model still receives its own dict: the stacked arrays are sliced and reshaped before it, and
 its local log joints concatenated after it); :meth:`Stacking.unstack` and :meth:`Stacking.stack`
 map any pytree holding per-latent dicts (parameters, optimizer states, the running baseline)
@@ -31,6 +32,7 @@ import numpy as np
 from grepvi.errors import ModelError
 from grepvi.families.base import Family
 from grepvi.families.beta import Beta
+from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
 from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
@@ -43,15 +45,25 @@ __all__ = ["Stacking", "Member", "plan", "STACKABLE"]
 # elementwise families: every method acts on each element alone (no event axis, no
 # per-element options), so n latents of one are one latent of n elements
 STACKABLE = (Gamma, Beta, Normal, LogNormal, LogitNormal)
+# families with one event axis whose methods act on each row alone: latents of an equal event
+# size are one latent of their rows (three Dirichlet(3) sites: one Dirichlet of shape (3, 3))
+STACKABLE_ROWS = (Dirichlet,)
 
 
 class Member(NamedTuple):
-    """One latent of a stacked group: its name, shape and slice of the stacked array."""
+    """One latent of a stacked group: its name, shape and slice of the stacked array's rows
+    (its batch elements: its elements for an elementwise family, its event vectors for a
+    Dirichlet)."""
 
     name: str
     shape: tuple
     start: int
     size: int
+    event_ndim: int = 0
+
+    @property
+    def batch_shape(self) -> tuple:
+        return self.shape[: len(self.shape) - self.event_ndim]
 
 
 def _options_key(family: Family):
@@ -63,7 +75,10 @@ def _options_key(family: Family):
     if type(family) is Affine:
         base = _options_key(family.base)
         return None if base is None else (Affine, family.support, base)
-    if type(family) not in STACKABLE or family.event_ndim != 0:
+    event = ()
+    if type(family) in STACKABLE_ROWS and family.event_ndim == 1 and len(family.shape) >= 1:
+        event = tuple(family.shape[-1:])  # rows stack where their event sizes are equal
+    elif type(family) not in STACKABLE or family.event_ndim != 0:
         return None
     options = []
     for field in dataclasses.fields(family):
@@ -73,7 +88,7 @@ def _options_key(family: Family):
         if not isinstance(value, (bool, int, float, str, type(None))):
             return None
         options.append((field.name, value))
-    return (type(family), tuple(options))
+    return (type(family), event, tuple(options))
 
 
 class Stacking(NamedTuple):
@@ -150,11 +165,12 @@ class Stacking(NamedTuple):
     def unstack_values(self, latents: dict) -> dict:
         """A dict of stacked latent arrays (any leading batch axes) as the model's dict."""
         out = {name: value for name, value in latents.items() if name not in self.groups}
-        for key, (members, _) in self.groups.items():
+        for key, (members, family) in self.groups.items():
             value = latents[key]
-            batch = value.shape[:-1]
+            axis = value.ndim - 1 - family.event_ndim  # the rows' axis
+            batch = value.shape[:axis]
             for member in members:
-                piece = jax.lax.slice_in_dim(value, member.start, member.start + member.size, axis=-1)
+                piece = jax.lax.slice_in_dim(value, member.start, member.start + member.size, axis=axis)
                 out[member.name] = piece.reshape(batch + member.shape)
         return out
 
@@ -166,19 +182,19 @@ class Stacking(NamedTuple):
             if missing:
                 raise ModelError(f"local_logdensity_fn returned no entry for latents {missing}")
             out[key] = jnp.concatenate(
-                [jnp.reshape(jnp.broadcast_to(values[m.name], m.shape), (m.size,)) for m in members]
+                [jnp.reshape(jnp.broadcast_to(values[m.name], m.batch_shape), (m.size,)) for m in members]
             )
         return out
 
 
 def _slice(leaf, member: Member):
     leaf = jnp.asarray(leaf)
-    return leaf[member.start : member.start + member.size].reshape(member.shape + leaf.shape[1:])
+    return leaf[member.start : member.start + member.size].reshape(member.batch_shape + leaf.shape[1:])
 
 
 def _concatenate(leaves, members):
     pieces = [
-        jnp.reshape(jnp.asarray(leaf), (m.size,) + jnp.shape(leaf)[len(m.shape) :])
+        jnp.reshape(jnp.asarray(leaf), (m.size,) + jnp.shape(leaf)[len(m.batch_shape) :])
         for leaf, m in zip(leaves, members, strict=True)
     ]
     return jnp.concatenate(pieces, axis=0)
@@ -205,9 +221,10 @@ def plan(families: dict) -> Stacking | None:
             continue
         members, start = [], 0
         for name in names:
-            shape = tuple(families[name].shape)
-            size = math.prod(shape)
-            members.append(Member(name, shape, start, size))
+            family = families[name]
+            shape = tuple(family.shape)
+            size = math.prod(family.batch_shape)
+            members.append(Member(name, shape, start, size, family.event_ndim))
             start += size
         key = _group_name(names, families)
         groups[key] = (tuple(members), _stacked_family([families[name] for name in names], start))
@@ -224,7 +241,8 @@ def _stacked_family(members: list, size: int) -> Family:
     Affines keep each member's ``loc`` and ``scale``, broadcast to its shape and flattened."""
     first = members[0]
     if type(first) is not Affine:
-        return dataclasses.replace(first, shape=(size,))
+        event = tuple(first.shape[len(first.shape) - first.event_ndim :])
+        return dataclasses.replace(first, shape=(size, *event))
 
     def flat(values):
         return np.concatenate(
