@@ -617,7 +617,9 @@ def from_storage(template, leaves: Sequence[np.ndarray], source: str = "checkpoi
     if len(mine) != len(leaves):
         raise ConfigError(
             f"{source}: holds {len(leaves)} arrays, this configuration needs {len(mine)}; it was "
-            "written by a different model, estimator or procedure"
+            "written by a different model, estimator or procedure, or by a grepvi that laid the "
+            "latents out otherwise (latents of one family are one array of the step: "
+            "grepvi.inference.stacking); start the run afresh"
         )
     restored = []
     for index, (ours, theirs) in enumerate(zip(mine, leaves, strict=True)):
