@@ -274,3 +274,20 @@ def test_the_expansion_needs_the_running_state_and_full_batch_steps():
             estimator_options={"control_variate": "quadratic"},
             parallel=True,
         )
+
+
+def test_with_no_latent_covered_the_estimate_is_the_default_one():
+    """A value-space target's gamma latent has no closed-form input moments: the expansion is
+    empty and every draw's gradient is the default estimate's, number for number."""
+    model = testing.gamma_poisson(shape=(3,), log_space=False)
+    target = Target(model.logdensity_fn, model.families, model.local_logdensity_fn)
+    assert qcv.covered_latents(target.families, target.log_space) == ()
+    params = {name: family.init_params() for name, family in target.families.items()}
+    expanded, default = get_estimator("grep", control_variate="quadratic"), get_estimator("grep")
+    state = expanded.carried.init(target.families, target.log_space)
+    for seed in range(3):
+        key = jax.random.key(seed)
+        mine = expanded.carried.estimate(key, params, target, state)[0]
+        theirs = default.carried.estimate(key, params, target, state[0])[0]
+        for x, y in zip(jax.tree_util.tree_leaves(mine), jax.tree_util.tree_leaves(theirs), strict=True):
+            np.testing.assert_array_equal(x, y)

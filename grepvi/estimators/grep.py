@@ -324,12 +324,13 @@ def grep(
     derivative (Roeder et al. 2017; unbiased; default on). ``baseline=False,
     sticking_the_landing=False`` is the paper's plain estimator.
 
-    ``control_variate``: ``"quadratic"`` subtracts the log joint's second-order expansion at the
-    means and adds its exact expected gradient
+    ``control_variate``: ``"quadratic"`` subtracts a quadratic expansion of the log joint about
+    ``q``'s input means, fitted to past draws, and adds its exact expected gradient
     (:mod:`grepvi.estimators.quadratic_control_variate`) over the latents whose input moments
-    are known; ``"none"`` (the default) does not. Opt-in: it helps strongly coupled small
-    models and hurts others (the module's docstring). Needs ``baseline="running"`` (the
-    expansion is fitted to past draws and carried with the baseline).
+    are known (none covered: the default estimate); ``"none"`` (the default) does not.
+    Opt-in: it helps strongly coupled small models and hurts others (the module's docstring).
+    Needs ``baseline="running"`` (the expansion is fitted to past draws and carried with the
+    baseline).
     """
     num_samples = positive_int(num_samples, "num_samples")
     stl = bool(sticking_the_landing)

@@ -108,6 +108,8 @@ def init(families: dict, log_space: bool) -> RunningExpansion:
 
 
 def _flat(values: dict, names: tuple) -> jax.Array:
+    if not names:  # nothing covered: an empty expansion, f~ = 0
+        return jnp.zeros((0,), jnp.float32)
     return jnp.concatenate([jnp.ravel(values[name]) for name in names])
 
 
