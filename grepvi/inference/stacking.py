@@ -237,8 +237,9 @@ def plan(families: dict) -> Stacking | None:
 
 
 def _stacked_family(members: list, size: int) -> Family:
-    """One family of shape ``(size,)`` for ``members`` (equal options by :func:`_options_key`);
-    Affines keep each member's ``loc`` and ``scale``, broadcast to its shape and flattened."""
+    """One family of ``size`` rows for ``members`` (equal options by :func:`_options_key`):
+    shape ``(size,)``, or ``(size, K)`` for Dirichlets of event size ``K``; Affines keep each
+    member's ``loc`` and ``scale``, broadcast to its shape and flattened."""
     first = members[0]
     if type(first) is not Affine:
         event = tuple(first.shape[len(first.shape) - first.event_ndim :])

@@ -356,9 +356,9 @@ def traced_once(function, *args):
 def nonfinite_latents(grad: dict, target: Target) -> jax.Array:
     """Whether each latent's gradient has a non-finite component, one flag per latent of the
     model in the order of :func:`grepvi.target.latent_names`. A stacked latent
-    (``target.members``) gets one flag per member, from its elements' flags (its leaves are
-    elementwise, ``(n,)``) reduced over each member's contiguous slice: a message names ``b``,
-    not the stacked ``a+b+c``."""
+    (``target.members``) gets one flag per member, from its rows' flags (its leaves' leading
+    axis: elements, or a Dirichlet's event vectors) reduced over each member's contiguous
+    slice: a message names ``b``, not the stacked ``a+b+c``."""
     members = target.members or {}
     flags = []
     for name in sorted(target.families):
