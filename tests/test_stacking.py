@@ -264,6 +264,20 @@ def test_a_stalled_stacked_fit_names_the_members_latent_not_the_stack():
             grepvi.fit(logdensity, families, progress=False)
 
 
+def _assert_the_stacked_surrogate_is_the_models(plan, target, stacked, params, eps):
+    """At one standardized draw: the stacked target's G-REP surrogate value and gradient
+    (unstacked) are the model's."""
+    own_value, own_grad = jax.value_and_grad(grep_surrogate, has_aux=True)(params, eps, target)
+    value, grad = jax.value_and_grad(grep_surrogate, has_aux=True)(
+        plan.stack(params), plan.stack(eps), stacked
+    )
+    np.testing.assert_allclose(value[0], own_value[0], rtol=1e-6)
+    for x, y in zip(
+        jax.tree_util.tree_leaves(plan.unstack(grad)), jax.tree_util.tree_leaves(own_grad), strict=True
+    ):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
 def _uniform_families():
     """Four ``Uniform`` priors of a BUGS model (Affine betas on their own intervals), a
     reflected shifted gamma (``c - Gamma``, an interval of another kind) and a gamma."""
@@ -303,15 +317,7 @@ def test_the_stacked_affine_target_is_the_model_and_its_grep_gradient_the_same_n
     stacked = plan.target(target)
     params = jax.tree_util.tree_map(lambda x: x + 0.3, {n: f.init_params() for n, f in families.items()})
     eps = sample_standardized(jax.random.key(1), params, families)
-    own_value, own_grad = jax.value_and_grad(grep_surrogate, has_aux=True)(params, eps, target)
-    value, grad = jax.value_and_grad(grep_surrogate, has_aux=True)(
-        plan.stack(params), plan.stack(eps), stacked
-    )
-    np.testing.assert_allclose(value[0], own_value[0], rtol=1e-6)
-    for x, y in zip(
-        jax.tree_util.tree_leaves(plan.unstack(grad)), jax.tree_util.tree_leaves(own_grad), strict=True
-    ):
-        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    _assert_the_stacked_surrogate_is_the_models(plan, target, stacked, params, eps)
 
 
 # two Dirichlet-multinomial rows as separate sites and one of two rows: Dirichlet(1) priors
@@ -349,15 +355,7 @@ def test_dirichlet_rows_stack_and_the_stacked_target_is_the_model():
         strict=True,
     ):
         np.testing.assert_array_equal(x, y)
-    own_value, own_grad = jax.value_and_grad(grep_surrogate, has_aux=True)(params, eps, target)
-    value, grad = jax.value_and_grad(grep_surrogate, has_aux=True)(
-        plan.stack(params), plan.stack(eps), stacked
-    )
-    np.testing.assert_allclose(value[0], own_value[0], rtol=1e-6)
-    for x, y in zip(
-        jax.tree_util.tree_leaves(plan.unstack(grad)), jax.tree_util.tree_leaves(own_grad), strict=True
-    ):
-        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    _assert_the_stacked_surrogate_is_the_models(plan, target, stacked, params, eps)
 
 
 def test_a_default_fit_of_dirichlet_rows_runs_stacked_at_the_exact_posterior():
