@@ -376,3 +376,34 @@ def test_a_default_fit_of_dirichlet_rows_runs_stacked_at_the_exact_posterior():
         mean, sd = alpha / total, np.sqrt(alpha * (total - alpha) / (total**2 * (total + 1)))
         error = np.abs(np.asarray(result.posterior[name].mean(), np.float64) - mean) / sd
         assert error.shape == mean.shape and np.all(error < 4 * result.convergence.accuracy + 0.02), error
+
+
+@pytest.mark.filterwarnings("ignore::grepvi.errors.NotConvergedWarning")
+def test_a_fit_with_stacked_dirichlet_rows_and_affines_resumes_bitwise():
+    """The rows' and the per-element bounds' layouts through a stop and a resume."""
+    families = {
+        **_dirichlet_families(),
+        "u": Affine(base=Beta(), loc=-1.0, scale=2.0),
+        "w": Affine(base=Beta(shape=(2,)), loc=0.0, scale=np.asarray([1.0, 3.0])),
+    }
+
+    def logdensity(z):
+        bounded = -2.0 * z["u"] ** 2 + jnp.sum(jnp.sin(z["w"]))  # smooth to the bounds
+        return _dirichlet_logdensity(z) + bounded
+
+    assert set(stacking.plan(families).groups) == {"r+s", "u+w"}
+    calls = [0]
+
+    def stop_after_eight(event):
+        calls[0] += 1
+        return calls[0] >= 8
+
+    kwargs = dict(progress=False, num_steps=2000, log_space=True)
+    full = grepvi.fit(logdensity, families, **kwargs)
+    part = grepvi.fit(logdensity, families, callback=stop_after_eight, **kwargs)
+    assert part.convergence.reason == "interrupted"
+    rest = grepvi.fit(logdensity, families, resume=part.run_state, **kwargs)
+    leaves = jax.tree_util.tree_leaves
+    for x, y in zip(leaves(rest.params), leaves(full.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
