@@ -26,18 +26,20 @@ regressed on ``x``. Per step, ``g_t`` is the draws' mean ``y`` and ``H_t = Cov(y
 ``q``-average Hessian where ``x`` is Gaussian, and the least-squares slope of ``y`` on ``x``
 otherwise); both are running averages over about the last ``1 / (1 - decay)`` steps,
 corrected for their start at 0 as Adam's moments are. A Hessian of the model at one point
-cost a small model's compilation 0.4-2 s (Dugongs 2.8 -> 3.7 s) and its step 15-50%; the
-regression costs neither.
+cost a small model's compilation 0.8-2.2 s (Dugongs 2.8 -> 3.7 s) and a data-bound step 27%
+(the beta regression 0.91 -> 1.15 ms); the regression adds 0.3-0.5 s of compilation and no
+evaluation of the model.
 
 Opt-in (``grep(control_variate="quadratic")``, ``fit(..., estimator_options=...)``), not the
-default procedure's: measured on the 36 small textbook models (``docs/performance.md``,
-thirty-fourth session), it cut the time to the answer where a strong coupling or a
-near-Gaussian posterior left the noise of the path derivative (a two-normal ridge 5.98 ->
-4.47 s, a two-component mixture 14.99 -> 12.18 s, Dugongs 7.99 -> 7.34 s), but it cost every
-other model 0.3-0.5 s of compilation, its regression's own noise was larger than the path
-derivative's on a weakly coupled 21-element logistic regression (per-draw variance 2-10x),
-and where ``q`` starts far wider than the posterior the regression fits the log joint's tails
-(a Weibull regression diverged; a horseshoe and a gamma-Dirichlet hierarchy ran to their caps).
+default procedure's: measured on twelve of the 36 small textbook models and six more one by
+one (``docs/performance.md``, thirty-fourth session), it cut the time to the answer where a
+strong coupling or a near-Gaussian posterior left the noise of the path derivative (a
+two-normal ridge 5.98 -> 4.47 s, a two-component mixture 14.99 -> 12.18 s, Dugongs 7.99 ->
+7.34 s), but it cost the others 0.3-0.5 s of compilation, its regression's own noise was
+larger than the path derivative's on a weakly coupled 21-element logistic regression
+(per-draw variance 2-11x), and where ``q`` starts far wider than the posterior the regression
+fits the log joint's tails (a Weibull regression diverged, a horseshoe ran to its iteration
+cap, a gamma-Dirichlet hierarchy took 24 times the iterations).
 """
 
 from typing import NamedTuple
