@@ -9,6 +9,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
+    python benchmarks/time_to_answer.py --probe               # the eight of probe_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -233,6 +234,9 @@ def main(argv=None):
     )
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument(
+        "--probe", action="store_true", help="the eight of probe_models.py (without --models)"
+    )
+    parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -242,7 +246,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.user:
+    if args.models is None and args.probe:
+        from probe_models import PROBE_MODELS
+
+        args.models = list(PROBE_MODELS)
+    elif args.models is None and args.user:
         from user_models import USER_MODELS
 
         args.models = list(USER_MODELS)

@@ -51,6 +51,9 @@ class Target(NamedTuple):
         estimators then hand the model the exact draws the families make (in log space)
         instead of ``z`` clamped to float's range: a gamma draw of ``1e-45`` or a beta draw
         within ``1e-9`` of 1 reaches the model intact. The built-in models are written so.
+      location_hessian: set by the step (:func:`grepvi.inference.state.step`) where the
+        default procedure couples the locations of the real-valued Gaussian factors
+        (:mod:`grepvi.optim.coupling`); None otherwise.
       members: for a target on stacked latents (:mod:`grepvi.inference.stacking`), each
         stacked latent's members ``((name, size), ...)`` in the order of its elements: the step
         then reports a non-finite gradient per latent of the model (:func:`latent_names`).
@@ -63,6 +66,10 @@ class Target(NamedTuple):
     bound_data: Any = None  # the data bound by bind_data (for estimators that wrap others)
     log_space: bool = False
     members: dict | None = None
+    # (H, on) or None: where on, the real-valued Gaussian factors' locations take the model's
+    # path derivative less H (z - mu) (coupled steps, grepvi.optim.coupling); set by the step
+    # from the optimizer state, never by a model
+    location_hessian: Any = None
 
 
 def latent_names(target: Target) -> tuple[str, ...]:

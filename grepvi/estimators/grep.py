@@ -54,6 +54,7 @@ from grepvi.estimators.base import (
     transform_all,
 )
 from grepvi.families.location_scale import LocationScale
+from grepvi.optim import coupling
 from grepvi.target import Target, inputs_at_means, local_log_joints
 from grepvi.validation import positive_int
 
@@ -144,7 +145,7 @@ def advance_running_baseline(
     return RunningBaseline(offset, square)
 
 
-def path_entropy_correction(params, eps, families: dict):
+def path_entropy_correction(params, eps, families: dict, location_hessian=None, covered=()):
     """A term whose gradient turns the analytic ``grad_v H`` of the Gaussian-based families
     into the path derivative of Roeder, Wu & Duvenaud (2017); its value is not used.
 
@@ -158,14 +159,33 @@ def path_entropy_correction(params, eps, families: dict):
     already holds, is subtracted so that only the gradient changes. Families whose
     standardization depends on their parameters (gamma, beta, Dirichlet: ``g_corr != 0``) keep
     the analytic entropy: their draws' ``log q`` does not cancel the model's noise.
+
+    ``location_hessian``: ``(H, on)`` over the ``covered`` locations (``((name, size), ...)``,
+    :func:`grepvi.optim.coupling.covered_locations`). Where ``on``, their gradient is the
+    model's path derivative less ``H (zeta - mu)`` (mean zero: unbiased for any ``H``) instead
+    of the path derivative's ``(zeta - mu) / sigma^2``, which is ``-diag(H) (zeta - mu)`` at a
+    Gaussian optimum: it cancels only the diagonal of the model's ``H (z - mu)``. In units of
+    ``sigma`` the location's noise is then ``(I - R) eps`` against ``(R - R_H) eps`` (``R`` the
+    model's Hessian's correlation, ``R_H`` the given one's): along a direction the posterior
+    hardly curves (``R``'s eigenvalue ``lambda ~ 0``) the averaged iterate's error grows as
+    ``1 / lambda^2`` with the diagonal alone (:mod:`grepvi.optim.coupling`, whose coupled steps
+    set it).
     """
+    names = {name for name, _ in covered}
+    on = None
+    if location_hessian is not None and names and names <= set(families):
+        hessian, on = location_hessian
     total = 0.0
+    offsets = {}
     for name, family in families.items():
         if not isinstance(family, LocationScale):
             continue
         natural = family.natural_params(params[name])
         loc, scale = natural["loc"], natural["scale"]
         fixed_loc, fixed_scale = jax.lax.stop_gradient(loc), jax.lax.stop_gradient(scale)
+        if on is not None and name in names:
+            offsets[name] = loc - fixed_loc + fixed_scale * eps[name]  # zeta - mu, through mu only
+            loc = jnp.where(on, fixed_loc, loc)
         zeta = loc + scale * eps[name]
         neg_log_q = (
             0.5 * jnp.square((zeta - fixed_loc) / fixed_scale)
@@ -174,6 +194,9 @@ def path_entropy_correction(params, eps, families: dict):
             + jnp.log(fixed_scale)
         )
         total = total + jnp.sum(neg_log_q) - jnp.sum(family.entropy(params[name]))
+    if offsets:
+        d = jnp.concatenate([jnp.ravel(offsets[name]) for name, _ in covered])
+        total = total + jnp.where(on, -0.5 * jnp.dot(d, hessian @ d), 0.0)
     return total
 
 
@@ -235,7 +258,9 @@ def _surrogate_and_local(
         correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * log_q_eps)
     if sticking_the_landing:
         uncovered = {name: family for name, family in families.items() if name not in covered}
-        correction = correction + path_entropy_correction(params, eps, uncovered)
+        correction = correction + path_entropy_correction(
+            params, eps, uncovered, target.location_hessian, coupling.covered_locations(families)
+        )
     elbo = log_joint + total_entropy(params, families)
     return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local, latents)
 

@@ -109,6 +109,7 @@ class Plan(NamedTuple):
     max_repeats: int = 1  # the most repeats of a step's gradient estimates the controller may set
     base_draws: int = 1  # gradient estimates in one repeat
     num_elements: int = 0  # latent elements (0: unknown; no stage ends before its tolerance)
+    couple: Callable | None = None  # couples the natural rule's locations (controller.update's couple)
 
 
 def make_window(
@@ -387,6 +388,7 @@ def _decide(state, summary, new_loop, plan):
         latent_names=plan.latent_names,
         max_repeats=plan.max_repeats,
         num_elements=plan.num_elements,
+        couple=plan.couple,
     )
 
 

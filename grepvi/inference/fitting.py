@@ -46,6 +46,7 @@ from grepvi.inference.state import (
     traced_once,
 )
 from grepvi.inference.widened_gradient import widened_target
+from grepvi.optim import coupling
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
 from grepvi.target import Target, latent_names
@@ -382,8 +383,27 @@ def setup(
     plan = plan._replace(
         max_repeats=most_repeats, base_draws=draws, num_elements=elements if batch_size is None else 0
     )
+    if batch_size is None and not parallel and any(c.linear for c in candidates):
+        plan = plan._replace(couple=location_coupler(target, data))
     initial = driver.RunState(start, state, np.float64(0.0))
     return Setup(window, plan, initial, data, target, estimator, False, widened_window, batch_size)
+
+
+def location_coupler(target, data):
+    """``(loop state) -> loop state or None``: the loop state with the natural rule's
+    locations coupled at its parameters (:mod:`grepvi.optim.coupling`; the Hessian's program
+    compiled at the first call), or None where they are not coupled enough to need it or the
+    model covers too few or too many. None where it covers none."""
+    if not coupling.coupling_size(target.families):
+        return None
+    hessian = coupling.location_hessian(target, coupling.covered_locations(target.families))
+
+    def couple(loop):
+        at = np.asarray(hessian(loop.params, data), np.float64)
+        matrix, _ = coupling.coupling_from_hessian(at)
+        return None if matrix is None else rules.couple(loop, matrix, 0.5 * (at + at.T))
+
+    return couple
 
 
 def _step_and_state(

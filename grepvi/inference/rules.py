@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from grepvi.errors import ConfigError
+from grepvi.optim.coupling import coupling_size
 from grepvi.optim.natural_gradient import natural_gradient, positive_in_log_scale
 
 __all__ = [
@@ -38,6 +39,9 @@ __all__ = [
     "selected",
     "repeats",
     "clipped",
+    "couple",
+    "coupled",
+    "first_switch",
     "default_candidates",
     "ADAM_TRIAL_FACTORS",
 ]
@@ -65,6 +69,8 @@ class SwitchState(NamedTuple):
     inner: tuple
     repeats: jax.Array = 1  # int32: gradient estimates averaged per step (the update ignores it)
     clipped: jax.Array = 0.0  # float32: the fraction of elements whose last step the rule shrank
+    # (C^{-1}, H, on) of the natural rule's coupled locations (grepvi.optim.coupling); None: none covered
+    coupled: Any = None
 
 
 class Candidate(NamedTuple):
@@ -91,9 +97,9 @@ def natural_rule(families: dict, max_kl: float) -> Rule:
     """Natural-gradient steps of size ``rho`` with a KL trust region of ``max_kl`` nats."""
     inner = natural_gradient(families, 1.0, max_kl)
 
-    def update(grads, state, params, step_size):
+    def update(grads, state, params, step_size, coupled=None):
         state = state._replace(step_size=jnp.asarray(step_size, jnp.float32))
-        return inner.update(grads, state, params)
+        return inner.update(grads, state, params, coupled)
 
     return Rule("natural", inner.init, update)
 
@@ -102,18 +108,22 @@ def adam_rule(families: dict) -> Rule:
     """Adam at learning rate ``rho``, positive parameters in log scale."""
     template = positive_in_log_scale(families, optax.adam(1.0))
 
-    def update(grads, state, params, step_size):
+    def update(grads, state, params, step_size, coupled=None):
         rule = positive_in_log_scale(families, optax.adam(jnp.asarray(step_size, jnp.float32)))
         return rule.update(grads, state, params)
 
     return Rule("adam", template.init, update)
 
 
-def switch(rules: Sequence[Rule], index: int = 0, step_size: float = 0.1) -> optax.GradientTransformation:
+def switch(
+    rules: Sequence[Rule], index: int = 0, step_size: float = 0.1, coupled_size: int = 0
+) -> optax.GradientTransformation:
     """One optax transformation that applies ``rules[state.index]`` at ``state.step_size``.
 
     Every rule's state is initialized (they share nothing); ``lax.switch`` runs the selected
-    branch alone. Set the rule and step size with :func:`select`.
+    branch alone. Set the rule and step size with :func:`select`. ``coupled_size``: the
+    natural rule's coupled locations (:mod:`grepvi.optim.coupling`; 0: none), off until
+    :func:`couple` sets their matrix.
     """
     rules = tuple(rules)
     if not rules:
@@ -126,13 +136,15 @@ def switch(rules: Sequence[Rule], index: int = 0, step_size: float = 0.1) -> opt
             inner=tuple(rule.init(params) for rule in rules),
             repeats=jnp.ones((), jnp.int32),
             clipped=jnp.zeros((), jnp.float32),
+            coupled=_uncoupled(coupled_size) if coupled_size else None,
         )
 
     def update_fn(updates, state, params=None):
         def branch(i):
             def run(operands):
                 grads, inner, params, rho = operands
-                new_updates, new_state = rules[i].update(grads, inner[i], params, rho)
+                coupled = None if state.coupled is None else (state.coupled[0], state.coupled[2])
+                new_updates, new_state = rules[i].update(grads, inner[i], params, rho, coupled)
                 clipped = jnp.asarray(getattr(new_state, "clipped", 0.0), jnp.float32)
                 return new_updates, inner[:i] + (new_state,) + inner[i + 1 :], clipped
 
@@ -170,7 +182,32 @@ def select(tree: Any, index: int, step_size: float, repeats: int = 1) -> Any:
     return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
 
 
-def _first_switch(tree: Any) -> SwitchState | None:
+def _uncoupled(size: int) -> tuple:
+    return (jnp.eye(size, dtype=jnp.float32), jnp.zeros((size, size), jnp.float32), jnp.zeros((), bool))
+
+
+def couple(tree: Any, matrix, hessian) -> Any:
+    """``tree`` with every switch's natural rule stepping its covered locations coupled by
+    ``matrix`` (``C^{-1}``: :func:`grepvi.optim.coupling.coupling_from_hessian`) and the step's
+    estimate of their gradient taking ``hessian`` (the log joint's, there) as its control
+    variate (:func:`grepvi.estimators.grep.path_entropy_correction`)."""
+
+    def set_one(node):
+        if not _is_switch(node) or node.coupled is None:
+            return node
+        coupled = (jnp.asarray(matrix, jnp.float32), jnp.asarray(hessian, jnp.float32), jnp.ones((), bool))
+        return node._replace(coupled=coupled)
+
+    return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
+
+
+def coupled(tree: Any) -> bool:
+    """Whether the first switch in ``tree`` steps its locations coupled."""
+    node = first_switch(tree)
+    return node is not None and node.coupled is not None and bool(node.coupled[2])
+
+
+def first_switch(tree: Any) -> SwitchState | None:
     """The first :class:`SwitchState` in ``tree`` (None if there is none)."""
     return next(
         (node for node in jax.tree_util.tree_leaves(tree, is_leaf=_is_switch) if _is_switch(node)), None
@@ -180,7 +217,7 @@ def _first_switch(tree: Any) -> SwitchState | None:
 def repeats(tree: Any):
     """The ``repeats`` array of the first :class:`SwitchState` in ``tree`` (traceable; None
     if there is none)."""
-    node = _first_switch(tree)
+    node = first_switch(tree)
     return None if node is None else node.repeats
 
 
@@ -188,13 +225,13 @@ def clipped(tree: Any):
     """The ``clipped`` array of the first :class:`SwitchState` in ``tree``: the fraction of
     latent elements whose last step the selected rule shrank (a trust region; 0 for rules
     without one). Traceable; None if there is no switch."""
-    node = _first_switch(tree)
+    node = first_switch(tree)
     return None if node is None else node.clipped
 
 
 def selected(tree: Any) -> tuple[int, float] | None:
     """``(index, step size)`` of the first :class:`SwitchState` in ``tree`` (None if none)."""
-    node = _first_switch(tree)
+    node = first_switch(tree)
     return None if node is None else (int(node.index), float(node.step_size))
 
 
@@ -223,4 +260,5 @@ def default_candidates(families: dict, step_size: float, max_kl: float, adam_ste
         if position == 0 and natural:
             candidates.append(Candidate("natural", 0, float(step_size), linear=True, preferred=True))
     first = candidates[0]
-    return switch(rules, first.index, first.step_size), candidates
+    size = coupling_size(families) if natural else 0
+    return switch(rules, first.index, first.step_size, size), candidates

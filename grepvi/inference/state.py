@@ -383,6 +383,15 @@ def nonfinite_latents(grad: dict, target: Target) -> jax.Array:
     return jnp.concatenate(flags)
 
 
+def _coupled_locations(opt_state):
+    """``(H, on)`` of the default procedure's coupled locations (:mod:`grepvi.optim.coupling`)
+    in an optimizer state, or None where it has none."""
+    from grepvi.inference import rules  # the rules import the optimizers, which import this module's peers
+
+    node = rules.first_switch(opt_state)
+    return None if node is None or node.coupled is None else (node.coupled[1], node.coupled[2])
+
+
 def step(
     state: VIState, target: Target, estimator: Estimator, optimizer, data=None, repeats=None
 ) -> tuple[VIState, StepInfo]:
@@ -400,6 +409,9 @@ def step(
     state advances by the step's draws (a skipped step's draws too: they are draws of ``q``).
     """
     target = bind_data(target, data)
+    coupled = _coupled_locations(state.opt_state)
+    if coupled is not None:  # coupled locations: their path derivative less H (z - mu)
+        target = target._replace(location_hessian=coupled)
     rng_key, key = jax.random.split(state.rng_key)
     carried = estimator.carried if state.estimator_state is not None else None
     if carried is None:

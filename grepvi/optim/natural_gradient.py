@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import optax
 
 from grepvi.families.base import Family
+from grepvi.optim import coupling
 
 __all__ = [
     "NaturalGradientState",
@@ -162,6 +163,7 @@ def natural_gradient(
     """
     families = dict(families)
     empirical = sorted(name for name, family in families.items() if not family.has_fisher)
+    covered = coupling.covered_locations(families) if coupling.coupling_size(families) else ()
 
     def init_fn(params):
         return NaturalGradientState(
@@ -176,7 +178,9 @@ def natural_gradient(
             clipped=jnp.zeros([], jnp.float32),
         )
 
-    def update_fn(updates, state, params=None):
+    def update_fn(updates, state, params=None, coupled=None):
+        """``coupled``: ``(C^{-1}, on)`` of :mod:`grepvi.optim.coupling`; where ``on``, the
+        covered locations take the coupled step (with ``C = I`` the same as without)."""
         if params is None:
             raise ValueError("natural_gradient needs the parameters: optimizer.update(g, state, params)")
         grad = jax.tree_util.tree_map(jnp.negative, updates)  # ascent direction of the ELBO
@@ -205,6 +209,14 @@ def natural_gradient(
             new_updates[name] = jax.tree_util.tree_map(
                 lambda d, shrink=shrink: (rho * _expand(shrink, d)).astype(d.dtype) * d, directions[name]
             )
+        if coupled is not None and covered and all(name in grad for name, _ in covered):
+            matrix, on = coupled
+            locs, block_shrunk = coupling.coupled_locations(covered, params, grad, matrix, rho, state.max_kl)
+            for name, _ in covered:
+                loc = jnp.where(on, locs[name], new_updates[name]["loc"])
+                new_updates[name] = {**new_updates[name], "loc": loc}
+            block = sum(size for _, size in covered)
+            shrunk = jnp.where(on & block_shrunk, jnp.maximum(shrunk, block), shrunk)
         new_moments = {
             name: jax.tree_util.tree_map(
                 lambda g, s: _EMPIRICAL_DECAY * s + (1.0 - _EMPIRICAL_DECAY) * g**2,
