@@ -383,8 +383,8 @@ LARGER_MODELS = {
 
 def _all_models():
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
-    from unseen_models import UNSEEN_MODELS
     from probe_models import PROBE_MODELS
+    from unseen_models import UNSEEN_MODELS
     from user_models import USER_MODELS
 
     return {**MODELS, **LARGER_MODELS, **FRESH_MODELS, **UNSEEN_MODELS, **USER_MODELS, **PROBE_MODELS}
