@@ -21,7 +21,8 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
   before the thirty-first session), ``grepvi-fusion-emitters`` (small models' step programs
   compiled with XLA's fusion emitters: ``docs/performance.md``, thirty-third session),
   ``grepvi-quadratic-cv`` (G-REP with ``control_variate="quadratic"``, the opt-in quadratic
-  control variate: ``docs/performance.md``, thirty-fourth session).
+  control variate: ``docs/performance.md``, thirty-fourth session), ``grepvi-uncoupled`` (the
+  real-valued latents' locations never coupled: ``docs/performance.md``, thirty-fifth session).
 
 ``time`` is the wall time from the model and data in hand (imports done: NumPyro, its
 distributions and handlers for every contender, as a NumPyro user has them; until the
@@ -49,7 +50,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("grepvi", "svi", "nuts")
 # A/B contenders, run only when named: the defaults with one part of the library changed
-EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters", "grepvi-quadratic-cv")
+EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters", "grepvi-quadratic-cv", "grepvi-uncoupled")
 ELBO_DRAWS = 20_000
 
 
@@ -81,6 +82,10 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
             from grepvi.inference import compilation_cache
 
             compilation_cache.SMALL_MODEL_COMPILER_OPTIONS["xla_cpu_use_fusion_emitters"] = True
+        if contender == "grepvi-uncoupled":  # locations never coupled (before the 35th session)
+            from grepvi.inference import fitting
+
+            fitting.location_coupler = lambda target, data: None
         options = {}
         if contender == "grepvi-quadratic-cv":  # the opt-in quadratic control variate
             options = {"estimator_options": {"control_variate": "quadratic"}}
@@ -94,6 +99,7 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
         record["converged"] = bool(result.converged)
         record["iterations"] = int(result.convergence.num_iterations)
         record["climbs"] = int(result.convergence.climbs)
+        record["coupled"] = bool(result.convergence.coupled)
         record["warnings"] = sorted({type(w.message).__name__ for w in caught})
         answer = ("grepvi", result)
     elif contender == "svi":
@@ -285,6 +291,8 @@ def main(argv=None):
             note = ""
             if contender.startswith("grepvi"):
                 note = f"{'converged' if record['converged'] else 'NOT converged'}, {record['iterations']} it"
+                if record.get("coupled"):
+                    note += ", coupled"
             times = f"{record['time']:>7.2f} {record['process']:>9.2f}"
             print(f"  {contender:<16} {times} {distance:>14} {elbo:>16}  {note}")
         ok = {c: r for c, r in results.items() if "error" not in r}

@@ -1,6 +1,8 @@
 """Coupled location steps (:mod:`grepvi.optim.coupling`): the matrix, the step, the estimate's
 control variate, and the default procedure on a ridge."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 
 import grepvi
 from grepvi import numerics
+from grepvi.errors import NotConvergedWarning
 from grepvi.estimators.base import get_estimator
 from grepvi.families import Gamma, Normal
 from grepvi.inference.state import make_target
@@ -186,3 +189,30 @@ def test_a_coupled_fit_resumed_is_bitwise_the_uninterrupted_one():
     ):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
+
+
+@jax.custom_vjp
+def _square_residuals(s):
+    return jnp.sum((RIDGE_Y - s) ** 2)
+
+
+_square_residuals.defvjp(
+    lambda s: (_square_residuals(s), s), lambda s, g: (g * jnp.sum(-2.0 * (RIDGE_Y - s)),)
+)
+
+
+def test_a_model_jax_cannot_differentiate_twice_runs_on_uncoupled():
+    """``jax.hessian`` (forward over reverse) fails through a ``custom_vjp``: the run goes on
+    with mean-field steps where it would have coupled."""
+
+    def ridge(z):
+        return -0.5 * _square_residuals(z["ab"][0] + z["ab"][1]) - 0.5 * PRIOR_PRECISION * jnp.sum(
+            z["ab"] ** 2
+        )
+
+    with pytest.raises(Exception):  # noqa: B017 - what jax raises is its own business
+        jax.hessian(lambda x: ridge({"ab": x}))(jnp.zeros(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotConvergedWarning)
+        result = grepvi.fit(ridge, {"ab": Normal(shape=(2,))}, progress=False, num_steps=3000)
+    assert not result.convergence.coupled and result.convergence.num_stages >= 2

@@ -398,8 +398,16 @@ def location_coupler(target, data):
         return None
     hessian = coupling.location_hessian(target, coupling.covered_locations(target.families))
 
+    failed = []
+
     def couple(loop):
-        at = np.asarray(hessian(loop.params, data), np.float64)
+        if failed:
+            return None
+        try:
+            at = np.asarray(hessian(loop.params, data), np.float64)
+        except Exception as error:  # a model jax cannot differentiate twice: the run goes on uncoupled
+            failed.append(error)
+            return None
         matrix, _ = coupling.coupling_from_hessian(at)
         return None if matrix is None else rules.couple(loop, matrix, 0.5 * (at + at.T))
 
