@@ -1,4 +1,4 @@
-"""Eight more NumPyro models, written in the thirty-fifth session to probe the defaults off
+"""Ten more NumPyro models, written in the thirty-fifth session to probe the defaults off
 their home ground (none of them was run before it was written here; data simulated with a
 fixed seed of this module's own):
 
@@ -15,6 +15,13 @@ fixed seed of this module's own):
   ``level ~ GaussianRandomWalk(sigma_level)``.
 * ``lognormal_regression``: ``y ~ LogNormal(a + b x, sigma)``, 100 rows.
 * ``zinb``: zero-inflated negative binomial counts, ``ZeroInflatedNegativeBinomial2``, 200 rows.
+
+Two more, written after the coupled locations (:mod:`grepvi.optim.coupling`) were built, to see
+whether they carry to ridges they were not built on (their data from a stream of their own):
+
+* ``collinear``: linear regression on two nearly collinear features (correlation 0.998).
+* ``polynomial``: a cubic in an uncentred ``x`` on ``[0, 3]`` (its powers correlated 0.9-0.99),
+  ``sigma ~ HalfNormal(1)``.
 """
 
 import numpy as np
@@ -153,6 +160,37 @@ def zinb(x, y):
     gate = numpyro.sample("gate", dist.Beta(1.0, 1.0))
     with numpyro.plate("obs", y.shape[0]):
         numpyro.sample("y", dist.ZeroInflatedNegativeBinomial2(jnp.exp(b0 + b1 * x), phi, gate=gate), obs=y)
+
+
+_LATER_RNG = np.random.default_rng(351)
+COLLINEAR_X1 = _LATER_RNG.normal(size=80)
+COLLINEAR_X = np.stack([COLLINEAR_X1, COLLINEAR_X1 + 0.06 * _LATER_RNG.normal(size=80)], 1).astype(np.float32)
+COLLINEAR_Y = (1.0 + 1.5 * COLLINEAR_X1 + 0.5 * _LATER_RNG.normal(size=80)).astype(np.float32)
+POLY_X = _LATER_RNG.uniform(0.0, 3.0, size=60).astype(np.float32)
+POLY_Y = (1.0 - 2.0 * POLY_X + 0.8 * POLY_X**2 + 0.3 * _LATER_RNG.normal(size=60)).astype(np.float32)
+
+
+def collinear(x, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 5.0))
+    b = numpyro.sample("b", dist.Normal(0.0, 5.0).expand([2]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Normal(b0 + x @ b, sigma), obs=y)
+
+
+def polynomial(x, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    coef = numpyro.sample("coef", dist.Normal(0.0, 5.0).expand([4]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    powers = jnp.stack([jnp.ones_like(x), x, x**2, x**3], 1)
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Normal(powers @ coef, sigma), obs=y)
 
 
 PROBE_MODELS = {

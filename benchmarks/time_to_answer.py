@@ -9,7 +9,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
-    python benchmarks/time_to_answer.py --probe               # the eight of probe_models.py
+    python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -239,9 +239,7 @@ def main(argv=None):
         "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
     )
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
-    parser.add_argument(
-        "--probe", action="store_true", help="the eight of probe_models.py (without --models)"
-    )
+    parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")
     parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
