@@ -220,5 +220,14 @@ PROBE_MODELS = {
         TextbookModel(
             "zinb", zinb, (ZINB_X, ZINB_Y), "zero-inflated negative binomial, 200 rows (simulated)"
         ),
+        TextbookModel(
+            "collinear",
+            collinear,
+            (COLLINEAR_X, COLLINEAR_Y),
+            "regression, two collinear features (simulated)",
+        ),
+        TextbookModel(
+            "polynomial", polynomial, (POLY_X, POLY_Y), "cubic regression, uncentred x (simulated)"
+        ),
     )
 }
