@@ -59,6 +59,10 @@ def test_the_matrix_inverts_the_correlation_with_its_eigenvalues_floored():
 def test_a_hessian_that_does_not_serve_gives_no_matrix():
     assert coupling.coupling_from_hessian(np.array([[1.0, 0.9], [0.9, -1.0]]))[0] is None  # convex in one
     assert coupling.coupling_from_hessian(np.array([[np.nan, 0.0], [0.0, -1.0]]))[0] is None
+    # a concave diagonal, but curving up along (1, -1): C's eigenvalues -0.2 and 2.2
+    assert coupling.coupling_from_hessian(-np.array([[1.0, 1.2], [1.2, 1.0]]))[0] is None
+    # a flat direction rounded below zero still couples (its eigenvalue floored)
+    assert coupling.coupling_from_hessian(-np.array([[1.0, 1.0 + 1e-5], [1.0 + 1e-5, 1.0]]))[0] is not None
 
 
 def test_covered_locations_are_the_real_valued_gaussians():

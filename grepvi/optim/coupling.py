@@ -51,6 +51,7 @@ __all__ = [
 
 EIGENVALUE_FLOOR = 1e-3  # C's eigenvalues below count as this: a step at most 1,000 times the mean-field one
 COUPLED_EIGENVALUE = 0.1  # C's smallest eigenvalue below which the locations are coupled
+INDEFINITE_EIGENVALUE = 0.01  # C's smallest eigenvalue below minus this: not concave there, no coupling
 MAX_COUPLED_ELEMENTS = 256  # more located elements: no coupling (an n x n matrix per step)
 
 
@@ -104,7 +105,8 @@ def coupling_from_hessian(hessian, floor: float = EIGENVALUE_FLOOR, threshold: f
     """``(C^{-1} as float32, smallest eigenvalue of C)`` from the log joint's Hessian in the
     covered locations (host arrays, float64), or ``(None, smallest)`` where the locations are
     not coupled enough to need it (smallest eigenvalue at least ``threshold``) or the Hessian
-    does not serve (not finite, or a non-negative diagonal: not concave there)."""
+    does not serve (not finite, a non-negative diagonal or an eigenvalue of ``C`` below
+    ``-INDEFINITE_EIGENVALUE``: not concave there; above it, rounding of a flat direction)."""
     h = -np.asarray(hessian, np.float64)
     h = 0.5 * (h + h.T)
     diagonal = np.diag(h)
@@ -114,7 +116,9 @@ def coupling_from_hessian(hessian, floor: float = EIGENVALUE_FLOOR, threshold: f
     correlation = h * np.outer(scale, scale)
     values, vectors = np.linalg.eigh(correlation)
     smallest = float(values[0])
-    if smallest >= threshold:
+    if smallest >= threshold or smallest < -INDEFINITE_EIGENVALUE:
+        # indefinite: the log joint curves up along a direction there (a funnel's neck);
+        # floored, that direction would take a thousandfold step
         return None, smallest
     inverse = (vectors / np.maximum(values, floor)) @ vectors.T
     return np.asarray(0.5 * (inverse + inverse.T), np.float32), smallest
