@@ -162,11 +162,22 @@ def test_adams_step_is_halved_not_given_draws():
     assert int(state.repeats) == 1 and float(state.step_size) < 0.1 / 4
 
 
-def test_a_cheap_stage_halves_the_step_as_before():
-    """Noise small enough that a stage costs about its floor: no draws are added."""
-    state, _, _, _ = _simulate(max_repeats=64, bias_per_step=0.1, window_sd=0.01)
+def test_a_cheap_stage_doubles_the_draws_where_it_halved_the_step():
+    """Noise small enough that a stage costs about its floor: the next stage takes twice the
+    draws at the same step (the same ``rho / D`` as a halved step), so its batches stay
+    ``10 / rho`` steps long: the same answer in fewer steps than the halved step's (thirty-
+    fifth session; before, the step was halved). Without room for draws, it halves."""
+    state, loop, windows, _ = _simulate(max_repeats=64, bias_per_step=0.1, window_sd=0.01)
     assert controller.REASONS[int(state.reason)] == "converged"
-    assert int(state.repeats) == 1
+    assert int(state.repeats) == 2 and float(state.step_size) == pytest.approx(0.1)
+    halved, halved_loop, halved_windows, _ = _simulate(max_repeats=1, bias_per_step=0.1, window_sd=0.01)
+    assert controller.REASONS[int(halved.reason)] == "converged"
+    assert int(halved.repeats) == 1 and float(halved.step_size) == pytest.approx(0.05)
+    assert windows < halved_windows, (windows, halved_windows)
+    for answer in (loop, halved_loop):
+        assert (
+            float(np.sqrt(np.sum(np.asarray(answer.params["x"], np.float64) ** 2))) <= 3 * MECHANISM_TOLERANCE
+        )
 
 
 def test_a_stage_whose_successor_raises_the_draws_ends_at_its_first_mcse():
@@ -315,8 +326,8 @@ def test_no_bias_is_estimated_across_a_clipped_stage():
         assert float(ended.previous_clipped) == pytest.approx(clipped)
         if clipped:  # this stage clipped: the next one at more draws
             assert int(ended.repeats) >= repeats * controller.CLIPPED_DRAWS_FACTOR
-        else:  # only the previous one: another stage as the noise asks (here a halved step)
-            assert int(ended.repeats) == repeats and float(ended.step_size) == 0.05
+        else:  # only the previous one: another stage as the noise asks (here twice the draws)
+            assert int(ended.repeats) == 2 * repeats and float(ended.step_size) == pytest.approx(0.1)
     # below the threshold, clipping changes nothing
     rare = _finish_second_stage(state._replace(previous_clipped=np.float64(0.02)), loop, 0.02)
     assert controller.REASONS[int(rare.reason)] == "converged"

@@ -61,11 +61,16 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    stage at its first MCSE): ``f`` times the draws buy a stage at the floor for the same
    work, its bias divided by ``f`` (rat tumours: the stage needed ~12,000 steps of 3 draws; 10
    times the draws cost the same and divide its bias by 10, the work of three halvings and
-   three stages), or by the factor the estimated bias asks for if larger. Else ``rho`` is
-   halved: where ``f < 2``, where the draws are at their cap
-   (:func:`grepvi.inference.fitting.max_repeats`), and where the rule is Adam, whose
-   normalized step's bias falls only as ``1 / sqrt(D)``
-   (:class:`~grepvi.inference.rules.Candidate`).
+   three stages), or by the factor the estimated bias asks for if larger; where ``f < 2`` on a
+   model of fewer than ``EARLY_END_ELEMENTS`` elements, by twice the draws (thirty-fifth
+   session: the same ``rho / D`` as a halved step, but the stage's batches stay ``10 / rho``
+   steps long and its approach short, where a halved step doubles both; a small model's draws
+   are vectorized, so twice them cost less than twice the steps: on 44 small models 900 fewer
+   iterations on 25, stochastic volatility 8,850 -> 4,350, seeds 9,350 -> 5,150). Else ``rho``
+   is halved: where the draws are at their cap (:func:`grepvi.inference.fitting.max_repeats`),
+   on larger models (whose last stage's Monte Carlo error, not its batches' floor, sets its
+   length: :func:`_step_divisor`), and where the rule is Adam, whose normalized step's bias
+   falls only as ``1 / sqrt(D)`` (:class:`~grepvi.inference.rules.Candidate`).
 
 A fixed schedule (Eq. 9 or any optax optimizer) is the same state in the ``FIXED`` phase:
 it never changes the step. Everything here is host-side NumPy on the window's outputs: the
@@ -1105,6 +1110,8 @@ def _stage_update(
     previous_estimates = averaged * repeats
     if clipped > MAX_CLIPPED and room >= 2:  # fewer steps are clipped at more draws (less noise)
         factor = max(factor, min(CLIPPED_DRAWS_FACTOR, room))
+    if factor == 1 and room >= 2 and num_elements < EARLY_END_ELEMENTS:
+        factor = 2  # twice the draws, not half the step: the same rho / D at the same batches
     if factor > 1:
         repeats *= factor
     else:
