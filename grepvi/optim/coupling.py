@@ -25,6 +25,13 @@ the second-order ELBO change of the block, ``rho^2 w' C^{-1} w / 2`` with ``w = 
 at most ``max_kl`` nats per element of the block (a move along a flat direction of the ELBO
 costs little, so a ridge is crossed in tens of steps, not thousands).
 
+Where the locations are coupled, their gradient estimate also takes the log joint's Hessian
+``H`` as its control variate (:func:`grepvi.estimators.grep.path_entropy_correction`): the
+model's path derivative less ``H (z - mu)``, in place of sticking the landing's diagonal, whose
+noise along a ridge (``(I - R) eps`` in units of ``sigma``) would leave the coupled step's
+average an error of ``1 / lambda^2`` over the draws. The default procedure decides when
+(:func:`grepvi.inference.controller._coupled_next`, :func:`grepvi.inference.fitting.location_coupler`).
+
 Only the ``loc`` of real-valued Gaussian factors (:class:`~grepvi.families.normal.Normal`:
 regression coefficients, intercepts, non-centred effects) is coupled: for them the input of the
 model is ``mu + sigma eps`` with no Jacobian. The other latents keep their mean-field step.
