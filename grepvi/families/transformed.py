@@ -199,12 +199,13 @@ class TransformedNormal(Family):
         event (e.g. ``(3, 3)`` for one 3 x 3 Cholesky factor).
       constraint: the support, a ``numpyro.distributions.constraints`` constraint.
       transform: the bijection onto it (default ``biject_to(constraint)``).
-      init_loc, init_scale: initial parameters on the unconstrained space.
+      init_loc, init_scale: initial parameters on the unconstrained space (``init_loc`` a
+        number, or an array of the unconstrained shape).
     """
 
     constraint: Any = None
     transform_: Any = None
-    init_loc: float = 0.0
+    init_loc: Any = 0.0
     init_scale: float = 0.1
 
     def __post_init__(self):
@@ -234,7 +235,7 @@ class TransformedNormal(Family):
 
     def init_params(self, rng_key=None, dtype=jnp.float32):
         return {
-            "loc": jnp.full(self.unconstrained_shape, self.init_loc, dtype),
+            "loc": jnp.broadcast_to(jnp.asarray(self.init_loc, dtype), self.unconstrained_shape),
             "scale": numerics.inverse_softplus(jnp.full(self.unconstrained_shape, self.init_scale, dtype)),
         }
 

@@ -47,6 +47,7 @@ Example::
     True
 """
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable, Sequence
@@ -725,6 +726,10 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         name: family_for_support(name, info.support, info.shape, info.event_ndim, families.get(name))
         for name, info in latent_sites.items()
     }
+    chosen = {  # an ordered latent the user left to the support starts at its prior's median
+        name: family if name in families else _ordered_start(family, first[name])
+        for name, family in chosen.items()
+    }
 
     spaces = {name: _space(family.support) for name, family in chosen.items()}
     supports = {name: family.support for name, family in chosen.items()}
@@ -812,9 +817,11 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
             sites = _sample_sites(trace)
             supports = {name: jax.tree_util.tree_flatten(site["fn"].support) for name, site in sites.items()}
             staged.update(trace=trace, treedefs={name: tree for name, (_, tree) in supports.items()})
-            return {
+            arrays = {
                 name: (site["value"], _site_log_prob(site), supports[name][0]) for name, site in sites.items()
             }
+            medians = {name: _prior_median(site, rng_key) for name, site in sites.items() if _ordered(site)}
+            return arrays, medians
 
         return arrays
 
@@ -829,7 +836,7 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
                 jax.eval_shape(staged_program(again), data, key)
                 if _structure(again["trace"]) != _structure(staged["trace"]):
                     raise _Restructured
-            concrete = program(data, key)
+            concrete, medians = program(data, key)
         except Exception:  # noqa: BLE001 - any failure to stage: the eager trace
             results.append(_eager_trace(trace_model, data, seed))
             continue
@@ -842,9 +849,53 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
                 # the mask and scale (traced values) are applied in ``log_probs`` alone
                 site.update(value=value, support=support, mask=None, scale=None)
                 log_probs[name] = log_prob
+            if name in medians:
+                site["prior_median"] = medians[name]
             trace[name] = site
         results.append((trace, log_probs))
     return results
+
+
+PRIOR_MEDIAN_DRAWS = 15  # prior draws whose elementwise median starts an ordered latent (init_to_median's)
+
+
+def _ordered(site) -> bool:
+    """A latent site on an ordered vector (or a positive ordered one)."""
+    from numpyro.distributions import constraints
+
+    if site["is_observed"]:
+        return False
+    support = site["fn"].support
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return isinstance(support, type(constraints.ordered_vector) | type(constraints.positive_ordered_vector))
+
+
+def _prior_median(site, rng_key):
+    """The elementwise median of ``PRIOR_MEDIAN_DRAWS`` draws of the site's prior (NumPyro's
+    ``init_to_median``), where the site's ordered latent starts
+    (:func:`_ordered_start`)."""
+    key = jax.random.fold_in(jax.random.PRNGKey(0), 1) if rng_key is None else jax.random.fold_in(rng_key, 1)
+    draws = site["fn"].sample(key, (PRIOR_MEDIAN_DRAWS,))
+    return jnp.median(draws, axis=0)
+
+
+def _ordered_start(family, site):
+    """``family`` (a :class:`TransformedNormal` on an ordered vector) started at the unconstrained
+    image of its site's prior median, where that is finite (else as it was).
+
+    An ordered vector's unconstrained start of 0 puts its elements 1 apart whatever the
+    prior's scale: a three-component normal mixture whose data sat at -4, 0 and 5 started at
+    0, 1 and 2, its three components merged into one (ELBO -421 against -377; NumPyro's
+    AutoNormal, started at random, found the three). From the prior's median (order
+    statistics of ``Normal(0, 10)``: about -8, 0 and 8) the default fit finds them."""
+    median = site.get("prior_median")
+    if median is None or not isinstance(family, TransformedNormal):
+        return family
+    start = np.asarray(family.transform_.inv(jnp.asarray(median, jnp.float32)), np.float32)
+    if start.shape != tuple(family.unconstrained_shape) or not np.all(np.isfinite(start)):
+        return family
+    return dataclasses.replace(family, init_loc=start)
 
 
 class _Restructured(Exception):
@@ -861,6 +912,8 @@ def _eager_trace(trace_model, data, seed):
     for name, site in _sample_sites(trace).items():
         site["support"] = site["fn"].support
         log_probs[name] = _site_log_prob(site)
+        if _ordered(site):
+            site["prior_median"] = _prior_median(site, jax.random.PRNGKey(seed))
     return trace, log_probs
 
 
