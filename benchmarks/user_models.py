@@ -26,6 +26,11 @@ eight above): ``uniform_priors``, a Student-t regression whose four parameters h
 latent since that session); ``dirichlet_rows``, a three-arm trial with three outcome categories,
 each arm's outcome probabilities a separate ``Dirichlet`` site (one stacked latent of three rows
 since that session).
+
+Added in the thirty-sixth session, after the change it measures: ``three_clusters``, a
+three-component normal mixture with ordered locations (150 points at -4, 0 and 5) whose
+unconstrained start of 0 merged its components into one (ELBO -421 against -377; its ordered
+latent now starts at the prior's median).
 """
 
 import numpy as np
@@ -105,6 +110,29 @@ def lkj(y):
     scale = numpyro.sample("scale", dist.HalfCauchy(jnp.ones(3)).to_event(1))
     with numpyro.plate("obs", y.shape[0]):
         numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(3), scale_tril=scale[:, None] * corr), obs=y)
+
+
+THREE_CLUSTERS = np.concatenate(
+    [
+        np.random.default_rng(77).normal(-4.0, 1.0, 50),
+        np.random.default_rng(78).normal(0.0, 0.7, 60),
+        np.random.default_rng(79).normal(5.0, 1.5, 40),
+    ]
+).astype(np.float32)
+
+
+def three_clusters(y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.distributions.transforms import OrderedTransform
+
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.ones(3)))
+    prior = dist.Normal(0.0, 10.0).expand([3]).to_event(1)
+    loc = numpyro.sample("loc", dist.TransformedDistribution(prior, OrderedTransform()))
+    scale = numpyro.sample("scale", dist.LogNormal(0.0, 1.0).expand([3]).to_event(1))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.MixtureSameFamily(dist.Categorical(weights), dist.Normal(loc, scale)), obs=y)
 
 
 def mixture(y):
@@ -215,6 +243,12 @@ USER_MODELS = {
             dirichlet_rows,
             (ARM_COUNTS,),
             "three-arm trial, a Dirichlet site per arm (simulated)",
+        ),
+        TextbookModel(
+            "three_clusters",
+            three_clusters,
+            (THREE_CLUSTERS,),
+            "three-normal mixture, ordered locations (simulated)",
         ),
     )
 }

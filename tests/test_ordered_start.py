@@ -70,3 +70,32 @@ def test_three_clusters_are_found_by_the_defaults():
     family = from_numpyro(_mixture3, THREE_CLUSTERS).latents()["loc"]
     locations = np.asarray(family.transform_(jnp.asarray(result.params["loc"]["loc"])))
     np.testing.assert_allclose(locations, [-4.0, 0.0, 5.0], atol=0.8)
+
+
+def test_an_ordered_draw_whose_gap_underflows_stays_strictly_increasing():
+    """A log-gap of -60 (``exp`` below float32's resolution at 1.5): the plain transform ties the
+    two elements and the prior's inversion takes ``log(0)``; the family's draw is lifted to the
+    next float, so the model's prior and its gradient are finite. Draws already apart are
+    unchanged, bit for bit."""
+    import jax
+    from numpyro.distributions import constraints
+
+    family = TransformedNormal(shape=(3,), constraint=constraints.ordered_vector)
+    prior = dist.TransformedDistribution(dist.Normal(0.0, 10.0).expand([3]).to_event(1), OrderedTransform())
+    params = {"loc": jnp.array([1.5, -60.0, 0.0]), "scale": jnp.full(3, -5.0)}
+    eps = jnp.zeros(3)
+    plain = OrderedTransform()(params["loc"] + jax.nn.softplus(params["scale"]) * eps)
+    assert plain[0] == plain[1]  # the prior's inversion would take log(plain[1] - plain[0]) = log(0)
+    z = family.transform(params, eps)
+    assert np.all(np.diff(np.asarray(z)) > 0), z
+
+    def model_prior(p):
+        return prior.log_prob(family.transform(p, eps))
+
+    value, grad = jax.value_and_grad(model_prior)(params)
+    assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grad))
+    apart = {"loc": jnp.array([1.5, -1.0, 0.5]), "scale": jnp.full(3, -1.0)}
+    draws = jax.random.normal(jax.random.key(0), (50, 3))
+    lifted = jax.vmap(lambda e: family.transform(apart, e))(draws)
+    exact = jax.vmap(lambda e: OrderedTransform()(apart["loc"] + jax.nn.softplus(apart["scale"]) * e))(draws)
+    np.testing.assert_array_equal(np.asarray(lifted), np.asarray(exact))
