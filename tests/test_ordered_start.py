@@ -99,3 +99,22 @@ def test_an_ordered_draw_whose_gap_underflows_stays_strictly_increasing():
     lifted = jax.vmap(lambda e: family.transform(apart, e))(draws)
     exact = jax.vmap(lambda e: OrderedTransform()(apart["loc"] + jax.nn.softplus(apart["scale"]) * e))(draws)
     np.testing.assert_array_equal(np.asarray(lifted), np.asarray(exact))
+
+
+def test_of_the_two_starts_the_one_the_model_prefers_is_kept():
+    """``_better_starts``: the prior's median or the unconstrained 0, whichever has the higher
+    log joint at the families' initial means (the median on a tie or where the model fails)."""
+    from types import SimpleNamespace
+
+    from numpyro.distributions import constraints
+
+    from grepvi.interop.numpyro_model import _better_starts, _ordered_start
+
+    zero = {"c": TransformedNormal(shape=(3,), constraint=constraints.ordered_vector)}
+    median = {"c": _ordered_start(zero["c"], {"prior_median": np.array([-6.0, -1.0, 5.0], np.float32)})}
+    joint = SimpleNamespace(logdensity_fn=lambda inputs, data: -jnp.sum((inputs["c"] - data) ** 2))
+    assert _better_starts(median, zero, joint, jnp.array([-5.0, 0.0, 4.0])) is median
+    assert _better_starts(median, zero, joint, jnp.array([0.0, 1.0, 2.5])) is zero
+    failing = SimpleNamespace(logdensity_fn=lambda inputs, data: jnp.log(-jnp.ones(())))  # nan
+    assert _better_starts(median, zero, failing, jnp.zeros(3)) is median
+    assert _better_starts(zero, zero, joint, jnp.zeros(3)) is zero  # no ordered latent: nothing run

@@ -49,6 +49,7 @@ Example::
 
 import dataclasses
 import functools
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -726,6 +727,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         name: family_for_support(name, info.support, info.shape, info.event_ndim, families.get(name))
         for name, info in latent_sites.items()
     }
+    started_at_zero = chosen
     chosen = {  # an ordered latent the user left to the support starts at its prior's median
         name: family if name in families else _ordered_start(family, first[name])
         for name, family in chosen.items()
@@ -784,6 +786,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             key: to_log_space(z, supports[key]) if spaces.get(key, "value") != "value" else z
             for key, z in latents.items()
         }
+
+    chosen = _better_starts(chosen, started_at_zero, joint, data)
 
     return NumPyroModel(
         joint=joint,
@@ -856,6 +860,36 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
     return results
 
 
+def _better_starts(median, zero, joint, data):
+    """Of the two starts of the ordered latents (:func:`_ordered_start`: ``median``; the
+    unconstrained 0: ``zero``), the one where the model's log joint at the families' initial
+    means is higher (``median`` on a tie, or where the model cannot be evaluated there).
+
+    Neither start knows the data: the prior's median spread a three-component mixture's
+    locations over the data (from 0, 1 apart, its components merged), but put an ordered
+    logistic regression's cut points at -3.3, -2.3, 3.2 and 3.8, where it ran 5,475 iterations
+    to the answer it reached in 3,375 from 0, 1, 2, 3. The log joint at the start tells them
+    apart: it is higher at the spread locations and at the closer cut points."""
+    if all(median[name] is zero[name] for name in median):
+        return median
+    from grepvi.target import inputs_at_means
+
+    @functools.partial(jax.jit, compiler_options=once_compiler_options())
+    def value(params, data):  # the families differ in their start alone: one program for both
+        return joint.logdensity_fn(inputs_at_means(params, median, True), data)
+
+    scores = []
+    for families in (median, zero):
+        params = {name: family.init_params() for name, family in families.items()}
+        try:
+            scores.append(float(value(params, data)))
+        except Exception:  # noqa: BLE001 - a model that fails at a start: the check reports it
+            scores.append(float("nan"))
+    if math.isfinite(scores[1]) and not scores[0] >= scores[1]:
+        return zero
+    return median
+
+
 PRIOR_MEDIAN_DRAWS = 15  # prior draws whose elementwise median starts an ordered latent (init_to_median's)
 
 
@@ -887,8 +921,9 @@ def _ordered_start(family, site):
     An ordered vector's unconstrained start of 0 puts its elements 1 apart whatever the
     prior's scale: a three-component normal mixture whose data sat at -4, 0 and 5 started at
     0, 1 and 2, its three components merged into one (ELBO -421 against -377; NumPyro's
-    AutoNormal, started at random, found the three). From the prior's median (order
-    statistics of ``Normal(0, 10)``: about -8, 0 and 8) the default fit finds them."""
+    AutoNormal, started at random, found the three). From the prior's median (-6.5, -3.5
+    and 4.9 for ordered ``Normal(0, 10)`` draws) the default fit finds them. Whether this
+    start or 0 is kept is the model's call (:func:`_better_starts`)."""
     median = site.get("prior_median")
     if median is None or not isinstance(family, TransformedNormal):
         return family
