@@ -227,7 +227,7 @@ class TransformedNormal(Family):
         object.__setattr__(self, "unconstrained_event_ndim", int(bijector.domain.event_dim))
         object.__setattr__(self, "unconstrained_shape", self.batch_shape + unconstrained_event)
         object.__setattr__(self, "identity", _is_identity(bijector))
-        object.__setattr__(self, "ordered", _is_ordered(self.constraint))
+        object.__setattr__(self, "ordered", is_ordered(self.constraint))
         object.__setattr__(self, "support", f"transformed({type(self.constraint).__name__.lstrip('_')})")
         _check_separable(bijector, unconstrained_event, self.constraint)
 
@@ -334,7 +334,9 @@ class TransformedNormal(Family):
         return f"TransformedNormal(shape={self.shape}, constraint={self.constraint})"
 
 
-def _is_ordered(constraint) -> bool:
+def is_ordered(constraint) -> bool:
+    """Whether ``constraint`` (a NumPyro constraint, under ``independent``) is an ordered
+    vector or a positive ordered one."""
     from numpyro.distributions import constraints
 
     while isinstance(constraint, constraints.independent):

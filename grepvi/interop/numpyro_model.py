@@ -61,7 +61,7 @@ import numpy as np
 from grepvi.errors import ModelError
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
 from grepvi.families.base import Family, from_log_space, to_log_space
-from grepvi.families.transformed import Affine, TransformedNormal
+from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
@@ -863,7 +863,7 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
 def _better_starts(median, zero, joint, data):
     """Of the two starts of the ordered latents (:func:`_ordered_start`: ``median``; the
     unconstrained 0: ``zero``), the one where the model's log joint at the families' initial
-    means is higher (``median`` on a tie, or where the model cannot be evaluated there).
+    means is higher (``median`` on a tie, or where the model cannot be evaluated at 0).
 
     Neither start knows the data: the prior's median spread a three-component mixture's
     locations over the data (from 0, 1 apart, its components merged), but put an ordered
@@ -895,22 +895,14 @@ PRIOR_MEDIAN_DRAWS = 15  # prior draws whose elementwise median starts an ordere
 
 def _ordered(site) -> bool:
     """A latent site on an ordered vector (or a positive ordered one)."""
-    from numpyro.distributions import constraints
-
-    if site["is_observed"]:
-        return False
-    support = site["fn"].support
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    return isinstance(support, type(constraints.ordered_vector) | type(constraints.positive_ordered_vector))
+    return not site["is_observed"] and is_ordered(site["fn"].support)
 
 
 def _prior_median(site, rng_key):
     """The elementwise median of ``PRIOR_MEDIAN_DRAWS`` draws of the site's prior (NumPyro's
     ``init_to_median``), where the site's ordered latent starts
     (:func:`_ordered_start`)."""
-    key = jax.random.fold_in(jax.random.PRNGKey(0), 1) if rng_key is None else jax.random.fold_in(rng_key, 1)
-    draws = site["fn"].sample(key, (PRIOR_MEDIAN_DRAWS,))
+    draws = site["fn"].sample(jax.random.fold_in(rng_key, 1), (PRIOR_MEDIAN_DRAWS,))
     return jnp.median(draws, axis=0)
 
 
