@@ -24,7 +24,9 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    steps per rule cost 548 steps with the natural gradient first (it ran all 187 at an ELBO
    35 times below Adam 0.1's), and one of 180 steps costs 315 with Adam 0.1 first (the
    other three stopped at the check, 45 steps). The leader continues from where its trial
-   ended.
+   ended. On a model of fewer than ``EARLY_END_ELEMENTS`` elements where the trial keeps
+   Adam, the natural rule takes over where Adam's first approach ends, and Adam resumes if
+   the natural rule falls in its first stage (:func:`_handover_candidate`).
 1. **Approach.** Windows of ``window`` steps at step ``rho``. After each, the median ELBO is
    kept; the iterates are stationary when a regression of the last (up to 8) medians on
    their index shows no increase (t < 2). A **fall** restores the mean iterate of the best
@@ -447,7 +449,7 @@ class ControllerState(NamedTuple):
     # the natural rule's locations coupled (grepvi.optim.coupling): 1 yes, -1 tried and not, 0 untried
     coupled: np.ndarray = np.asarray(0)
     # the natural rule took over from the trial's non-linear rule at its approach's end
-    # (_handover_candidate): 1 yes, -1 it fell there and the rule it took over from resumed, 0 not
+    # (_handover_candidate): 1 yes, -1 it fell in its first stage and that rule resumed, 0 not
     handed_over: np.ndarray = np.asarray(0)
     handed_from: np.ndarray = np.asarray(-1)  # the candidate it took over from
     handed_step: np.ndarray = np.asarray(np.nan)  # that candidate's step size then
