@@ -24,8 +24,10 @@ of a resumed state, compilation and the trial included; what observers do after 
 (held-out evaluation, checkpoints) is excluded from the budget.
 """
 
+import concurrent.futures
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -171,31 +173,60 @@ def make_window(
         return state, mean, outputs
 
     jitted = jax.jit(program)
-    compiled = {}
+    compiled = {}  # signature -> compiled program, or a Future of one (compiling in the background)
 
     def lowering():
         return threefry.unrolled_lowering() if unrolled_threefry else contextlib.nullcontext()
 
+    def ready(key):
+        if isinstance(compiled[key], concurrent.futures.Future):
+            compiled[key] = compiled[key].result()  # the background compilation's error, if any
+        return compiled[key]
+
     def window(state, data, active):
         key = _signature(state, data)
         if key in compiled:
-            return compiled[key](state, data, np.int32(active))
+            return ready(key)(state, data, np.int32(active))
         with lowering():  # lowered (and compiled) at its first call
             return jitted(state, data, np.int32(active))
+
+    def lowered_at(state, data):
+        with lowering():
+            return jitted.lower(state, data, np.int32(length))
 
     def compile_ahead(state, data):
         key = _signature(state, data)
         if key not in compiled:
-            with lowering():
-                lowered = jitted.lower(state, data, np.int32(length))
-            compiled[key] = lowered.compile(compiler_options or None)
-        return compiled[key]
+            compiled[key] = lowered_at(state, data).compile(compiler_options or None)
+        return ready(key)
+
+    def compile_in_background(state, data):
+        key = _signature(state, data)
+        if key not in compiled:
+            compiled[key] = _compile_in_thread(lowered_at(state, data), compiler_options or None)
 
     window.length = length
     window.compile = compile_ahead
+    window.compile_in_background = compile_in_background
     window.jitted = jitted
     window.num_compiled = lambda: len(compiled)
     return window
+
+
+def _compile_in_thread(lowered, compiler_options) -> concurrent.futures.Future:
+    """``lowered.compile(compiler_options)`` on a daemon thread: XLA releases the GIL while it
+    compiles, so the caller's Python (a model's checks, the controller's set-up) runs on the
+    other core meanwhile. The Future holds the compiled program or the compiler's error."""
+    future = concurrent.futures.Future()
+
+    def work():
+        try:
+            future.set_result(lowered.compile(compiler_options))
+        except BaseException as error:  # noqa: BLE001 - raised where the program is wanted
+            future.set_exception(error)
+
+    threading.Thread(target=work, name="grepvi-compile", daemon=True).start()
+    return future
 
 
 def _signature(*trees):
