@@ -382,12 +382,14 @@ LARGER_MODELS = {
 
 
 def _all_models():
+    from classic_models import CLASSIC_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
     from probe_models import PROBE_MODELS
     from unseen_models import UNSEEN_MODELS
     from user_models import USER_MODELS
 
-    return {**MODELS, **LARGER_MODELS, **FRESH_MODELS, **UNSEEN_MODELS, **USER_MODELS, **PROBE_MODELS}
+    later = {**FRESH_MODELS, **UNSEEN_MODELS, **USER_MODELS, **PROBE_MODELS, **CLASSIC_MODELS}
+    return {**MODELS, **LARGER_MODELS, **later}
 
 
 ALL_MODELS = _all_models()

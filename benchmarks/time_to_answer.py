@@ -10,6 +10,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
+    python benchmarks/time_to_answer.py --classic             # the five of classic_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -241,6 +242,9 @@ def main(argv=None):
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")
     parser.add_argument(
+        "--classic", action="store_true", help="the five of classic_models.py (without --models)"
+    )
+    parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -250,7 +254,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.probe:
+    if args.models is None and args.classic:
+        from classic_models import CLASSIC_MODELS
+
+        args.models = list(CLASSIC_MODELS)
+    elif args.models is None and args.probe:
         from probe_models import PROBE_MODELS
 
         args.models = list(PROBE_MODELS)

@@ -104,6 +104,24 @@ def test_error_on_nonfinite_initial_log_density():
         grepvi.fit(logdensity_fn, {"prob": grepvi.Beta(shape=(2,))}, num_steps=2)
 
 
+def test_a_script_whose_model_fails_its_check_exits_with_the_error_not_an_abort():
+    """The window compiles on a thread while the model is checked
+    (``driver.make_window``'s ``compile_in_background``): where the check raises and the
+    script ends, the process waits for the compiler and exits with the error (status 1). A
+    daemon thread inside XLA at the interpreter's exit aborted it (SIGABRT, status -6)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import jax.numpy as jnp, grepvi\n"
+        "log_p = lambda z: jnp.sum(jnp.log(z['prob'] - 2.0))  # log of a negative number\n"
+        "grepvi.fit(log_p, {'prob': grepvi.Beta(shape=(2,))}, progress=False)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "ModelError" in done.stderr and "initial point" in done.stderr
+
+
 def test_error_on_unknown_estimator_lists_known_ones():
     with pytest.raises(grepvi.ConfigError, match="unknown name 'magic'.*grep"):
         grepvi.fit(_poisson_logdensity([1.0]), {"rate": grepvi.Gamma()}, "magic", num_steps=2)

@@ -214,9 +214,12 @@ def make_window(
 
 
 def _compile_in_thread(lowered, compiler_options) -> concurrent.futures.Future:
-    """``lowered.compile(compiler_options)`` on a daemon thread: XLA releases the GIL while it
-    compiles, so the caller's Python (a model's checks, the controller's set-up) runs on the
-    other core meanwhile. The Future holds the compiled program or the compiler's error."""
+    """``lowered.compile(compiler_options)`` on a thread of its own: XLA releases the GIL while
+    it compiles, so the caller's Python (a model's checks, the controller's set-up) runs on the
+    other core meanwhile. The Future holds the compiled program or the compiler's error. Not
+    a daemon: a process that ends while XLA compiles (the model's check raised) waits for it,
+    where a daemon thread inside XLA at the interpreter's exit aborted the process (SIGABRT,
+    "FATAL: exception not rethrown") after the error was printed."""
     future = concurrent.futures.Future()
 
     def work():
@@ -225,7 +228,7 @@ def _compile_in_thread(lowered, compiler_options) -> concurrent.futures.Future:
         except BaseException as error:  # noqa: BLE001 - raised where the program is wanted
             future.set_exception(error)
 
-    threading.Thread(target=work, name="grepvi-compile", daemon=True).start()
+    threading.Thread(target=work, name="grepvi-compile", daemon=False).start()
     return future
 
 

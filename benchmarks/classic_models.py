@@ -1,0 +1,168 @@
+"""Five classic NumPyro models, written in the thirty-seventh session to probe the defaults
+again (none was run before it was written here; published data where the source prints it,
+else simulated with a fixed seed of this module's own):
+
+* ``bioassay``: Gelman et al., *Bayesian Data Analysis* (3rd ed., section 3.7): four dose
+  groups of five animals, ``deaths ~ Binomial(5, logit^-1(alpha + beta x))`` with flat-ish
+  ``Normal(0, 10)`` priors; its posterior is strongly correlated (a ridge in two latents).
+* ``dyes``: the BUGS *Dyes* example (Box & Tiao 1973): the yield of 6 batches of dyestuff, 5
+  samples each, a variance-components model, ``batch mean ~ Normal(theta, sigma_between)``
+  centred as BUGS writes it, ``sigma_between, sigma_within ~ HalfCauchy``.
+* ``growth``: the BUGS *Rats* example's shape (Gelfand et al. 1990): growth lines of 30
+  rats over 5 weeks with a random intercept and slope per rat (simulated at the published
+  means: 242.7 g at day 22, 6.19 g a day), non-centred, ``sigma ~ HalfNormal``.
+* ``blockers``: the BUGS *Blockers* example's shape (Carlin 1992): a random-effects
+  meta-analysis of 22 two-arm trials, ``logit p_control = mu_i``, ``logit p_treated = mu_i +
+  delta_i``, ``delta_i ~ Normal(d, tau)`` (simulated at d = -0.25, tau = 0.13; the
+  published posterior of tau sits near 0: a funnel).
+* ``poisson_mixture``: counts from a two-component Poisson mixture with ordered rates
+  (``positive_ordered_vector``), 200 counts.
+"""
+
+import numpy as np
+from textbook_models import TextbookModel
+
+_RNG = np.random.default_rng(37)
+
+BIOASSAY_DOSE = np.array([-0.86, -0.30, -0.05, 0.73], np.float32)
+BIOASSAY_ANIMALS = np.array([5, 5, 5, 5], np.float32)
+BIOASSAY_DEATHS = np.array([0, 1, 3, 5], np.float32)
+
+DYES_YIELD = np.array(
+    [
+        [1545, 1440, 1440, 1520, 1580],
+        [1540, 1555, 1490, 1560, 1495],
+        [1595, 1550, 1605, 1510, 1560],
+        [1445, 1440, 1595, 1465, 1545],
+        [1595, 1630, 1515, 1635, 1625],
+        [1520, 1455, 1450, 1480, 1445],
+    ],
+    np.float32,
+)
+
+GROWTH_DAYS = np.array([8.0, 15.0, 22.0, 29.0, 36.0], np.float32)
+_INTERCEPTS = 242.7 + 14.6 * _RNG.normal(size=30)
+_SLOPES = 6.19 + 0.51 * _RNG.normal(size=30)
+GROWTH_WEIGHT = (
+    _INTERCEPTS[:, None] + _SLOPES[:, None] * (GROWTH_DAYS - 22.0) + 6.1 * _RNG.normal(size=(30, 5))
+).astype(np.float32)
+
+BLOCKERS_CONTROL_N = _RNG.integers(40, 400, size=22).astype(np.float32)
+BLOCKERS_TREATED_N = (BLOCKERS_CONTROL_N * _RNG.uniform(0.9, 1.1, size=22)).round().astype(np.float32)
+_MU = -2.2 + 0.4 * _RNG.normal(size=22)
+_DELTA = -0.25 + 0.13 * _RNG.normal(size=22)
+BLOCKERS_CONTROL_DEATHS = _RNG.binomial(BLOCKERS_CONTROL_N.astype(int), 1 / (1 + np.exp(-_MU))).astype(
+    np.float32
+)
+BLOCKERS_TREATED_DEATHS = _RNG.binomial(
+    BLOCKERS_TREATED_N.astype(int), 1 / (1 + np.exp(-(_MU + _DELTA)))
+).astype(np.float32)
+
+_FIRST = _RNG.uniform(size=200) < 0.4
+POISSON_MIXTURE_COUNTS = np.where(_FIRST, _RNG.poisson(2.0, 200), _RNG.poisson(11.0, 200)).astype(np.float32)
+
+
+def bioassay(dose, animals, deaths):
+    import numpyro
+    import numpyro.distributions as dist
+
+    alpha = numpyro.sample("alpha", dist.Normal(0.0, 10.0))
+    beta = numpyro.sample("beta", dist.Normal(0.0, 10.0))
+    with numpyro.plate("groups", dose.shape[0]):
+        numpyro.sample("deaths", dist.Binomial(animals, logits=alpha + beta * dose), obs=deaths)
+
+
+def dyes(yields):
+    import numpyro
+    import numpyro.distributions as dist
+
+    theta = numpyro.sample("theta", dist.Normal(1500.0, 500.0))
+    sigma_between = numpyro.sample("sigma_between", dist.HalfCauchy(100.0))
+    sigma_within = numpyro.sample("sigma_within", dist.HalfCauchy(100.0))
+    with numpyro.plate("batch", yields.shape[0]):
+        mu = numpyro.sample("mu", dist.Normal(theta, sigma_between))
+        with numpyro.plate("sample", yields.shape[1], dim=-2):
+            numpyro.sample("y", dist.Normal(mu, sigma_within), obs=yields.T)
+
+
+def growth(days, weight):
+    import numpyro
+    import numpyro.distributions as dist
+
+    alpha_c = numpyro.sample("alpha_c", dist.Normal(250.0, 100.0))
+    beta_c = numpyro.sample("beta_c", dist.Normal(5.0, 10.0))
+    sigma_alpha = numpyro.sample("sigma_alpha", dist.HalfNormal(50.0))
+    sigma_beta = numpyro.sample("sigma_beta", dist.HalfNormal(5.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(20.0))
+    with numpyro.plate("rats", weight.shape[0]):
+        alpha_raw = numpyro.sample("alpha_raw", dist.Normal(0.0, 1.0))
+        beta_raw = numpyro.sample("beta_raw", dist.Normal(0.0, 1.0))
+        alpha = alpha_c + sigma_alpha * alpha_raw
+        beta = beta_c + sigma_beta * beta_raw
+        mean = alpha[:, None] + beta[:, None] * (days - days.mean())
+        numpyro.sample("weight", dist.Normal(mean, sigma).to_event(1), obs=weight)
+
+
+def blockers(control_n, control_deaths, treated_n, treated_deaths):
+    import numpyro
+    import numpyro.distributions as dist
+
+    d = numpyro.sample("d", dist.Normal(0.0, 10.0))
+    tau = numpyro.sample("tau", dist.HalfCauchy(1.0))
+    with numpyro.plate("trials", control_n.shape[0]):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+        delta = numpyro.sample("delta", dist.Normal(d, tau))
+        numpyro.sample("control", dist.Binomial(control_n, logits=mu), obs=control_deaths)
+        numpyro.sample("treated", dist.Binomial(treated_n, logits=mu + delta), obs=treated_deaths)
+
+
+def poisson_mixture(counts):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.distributions.transforms import ComposeTransform, ExpTransform, OrderedTransform
+
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.ones(2)))
+    rates = numpyro.sample(
+        "rates",
+        dist.TransformedDistribution(
+            dist.Normal(1.0, 1.5).expand([2]).to_event(1),
+            ComposeTransform([OrderedTransform(), ExpTransform()]),
+        ),
+    )
+    with numpyro.plate("obs", counts.shape[0]):
+        numpyro.sample(
+            "counts", dist.MixtureSameFamily(dist.Categorical(weights), dist.Poisson(rates)), obs=counts
+        )
+
+
+CLASSIC_MODELS = {
+    entry.name: entry
+    for entry in (
+        TextbookModel(
+            "bioassay",
+            bioassay,
+            (BIOASSAY_DOSE, BIOASSAY_ANIMALS, BIOASSAY_DEATHS),
+            "bioassay logistic, 4 doses (Gelman et al. BDA 3.7)",
+        ),
+        TextbookModel("dyes", dyes, (DYES_YIELD,), "variance components, 6 x 5 (BUGS Dyes)"),
+        TextbookModel(
+            "growth",
+            growth,
+            (GROWTH_DAYS, GROWTH_WEIGHT),
+            "random intercepts and slopes, 30 x 5 (BUGS Rats, simulated)",
+        ),
+        TextbookModel(
+            "blockers",
+            blockers,
+            (BLOCKERS_CONTROL_N, BLOCKERS_CONTROL_DEATHS, BLOCKERS_TREATED_N, BLOCKERS_TREATED_DEATHS),
+            "random-effects meta-analysis, 22 trials (BUGS Blockers, simulated)",
+        ),
+        TextbookModel(
+            "poisson_mixture",
+            poisson_mixture,
+            (POISSON_MIXTURE_COUNTS,),
+            "two-component Poisson mixture, ordered rates (simulated)",
+        ),
+    )
+}
