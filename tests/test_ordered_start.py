@@ -118,3 +118,36 @@ def test_of_the_two_starts_the_one_the_model_prefers_is_kept():
     failing = SimpleNamespace(logdensity_fn=lambda inputs, data: jnp.log(-jnp.ones(())))  # nan
     assert _better_starts(median, zero, failing, jnp.zeros(3)) is median
     assert _better_starts(zero, zero, joint, jnp.zeros(3)) is zero  # no ordered latent: nothing run
+
+
+def _poisson_mixture(counts):
+    from numpyro.distributions.transforms import ComposeTransform, ExpTransform
+
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.ones(2)))
+    ordered_positive = ComposeTransform([OrderedTransform(), ExpTransform()])  # biject_to's own
+    base = dist.Normal(1.0, 1.5).expand([2]).to_event(1)
+    rates = numpyro.sample("rates", dist.TransformedDistribution(base, ordered_positive))
+    with numpyro.plate("obs", counts.shape[0]):
+        numpyro.sample(
+            "counts", dist.MixtureSameFamily(dist.Categorical(weights), dist.Poisson(rates)), obs=counts
+        )
+
+
+def test_rates_ordered_through_exp_get_the_positive_ordered_support():
+    """``OrderedTransform`` then ``ExpTransform`` (NumPyro's bijection to positive ordered
+    vectors) reports the ``positive`` support of its last transform; a family on ``positive``
+    started both rates at one value, where the prior takes the log of their gap (0) and the
+    fit stopped with ``ModelError`` before its first step. The adapter reads the support from
+    the transforms: a positive ordered family, the model finite at its start."""
+    from numpyro.distributions import constraints
+
+    from grepvi.target import inputs_at_means
+
+    counts = np.concatenate([_RNG.poisson(2.0, 40), _RNG.poisson(11.0, 60)]).astype(np.float32)
+    adapted = from_numpyro(_poisson_mixture, counts)
+    family = adapted.latents()["rates"]
+    assert isinstance(family, TransformedNormal) and family.constraint is constraints.positive_ordered_vector
+    params = {name: f.init_params() for name, f in adapted.latents().items()}
+    target = adapted.target()
+    value = target.logdensity_fn(inputs_at_means(params, target.families, True), adapted.data)
+    assert np.isfinite(float(value))

@@ -67,7 +67,8 @@ class Member(NamedTuple):
 
 
 def _options_key(family: Family):
-    """What must be equal for two latents to stack (type and every option but the shape), or
+    """What must be equal for two latents to stack (type and every option but the shape and the
+    start ``init_loc``, which the stacked family holds per element), or
     None where the family cannot stack. An :class:`~grepvi.families.transformed.Affine` of a
     stackable base stacks with the Affines of an equal base and support whatever their own
     ``loc`` and ``scale`` (a BUGS model's ``Uniform(a, b)`` priors on different intervals: the
@@ -82,7 +83,7 @@ def _options_key(family: Family):
         return None
     options = []
     for field in dataclasses.fields(family):
-        if field.name == "shape":
+        if field.name in ("shape", "init_loc"):  # each member's start is its own (stacked flat)
             continue
         value = getattr(family, field.name)
         if not isinstance(value, (bool, int, float, str, type(None))):
@@ -243,7 +244,17 @@ def _stacked_family(members: list, size: int) -> Family:
     first = members[0]
     if type(first) is not Affine:
         event = tuple(first.shape[len(first.shape) - first.event_ndim :])
-        return dataclasses.replace(first, shape=(size, *event))
+        stacked = dataclasses.replace(first, shape=(size, *event))
+        starts = [getattr(m, "init_loc", None) for m in members]
+        if any(np.ndim(start) or start != starts[0] for start in starts):  # members started apart
+            flat = np.concatenate(
+                [
+                    np.broadcast_to(np.asarray(v, np.float32), m.shape).ravel()
+                    for v, m in zip(starts, members, strict=True)
+                ]
+            )
+            stacked = dataclasses.replace(stacked, init_loc=flat)
+        return stacked
 
     def flat(values):
         return np.concatenate(

@@ -598,6 +598,67 @@ def _uniform_or_prior(site):
         return None
 
 
+def _site_support(fn):
+    """``fn.support``, but a ``TransformedDistribution`` of a real vector through NumPyro's own
+    bijection to positive ordered vectors (``OrderedTransform`` then ``ExpTransform``, which
+    is ``biject_to(positive_ordered_vector)``) has that support, not the ``positive`` of its
+    last transform: a family on ``positive`` started both rates of a Poisson mixture at one
+    value, where the prior (the transforms inverted) takes the log of their gap, 0, and the
+    fit stopped before it began (``ModelError``: ``nan at the initial point``)."""
+    from numpyro.distributions import TransformedDistribution, constraints, transforms
+
+    if not isinstance(fn, TransformedDistribution):
+        return fn.support
+    parts = []
+    for transform in fn.transforms:
+        parts.extend(transform.parts if isinstance(transform, transforms.ComposeTransform) else [transform])
+    base = fn.base_dist.support
+    while isinstance(base, constraints.independent):
+        base = base.base_constraint
+    if (
+        base is constraints.real
+        and len(parts) >= 2
+        and isinstance(parts[-2], transforms.OrderedTransform)
+        and isinstance(parts[-1], transforms.ExpTransform)
+    ):
+        return constraints.positive_ordered_vector
+    return fn.support
+
+
+def _real_valued(site) -> bool:
+    """A latent site whose support is the real line (elementwise)."""
+    from numpyro.distributions import constraints
+
+    if site.get("type") != "sample" or site.get("is_observed", True):
+        return False
+    support = _site_support(site["fn"])
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support is constraints.real
+
+
+def _prior_center_or_uniform(site):
+    """A real-valued latent site's prior centre given the sites before it (its mean, else its
+    median where the mean is not finite, as a Cauchy's; 0 where neither is: NumPyro's
+    ``init_to_mean`` and ``init_to_median`` run the model the same way), every other site's
+    :func:`_uniform_or_prior` value. Staged: the mean and the median are traced arrays, the
+    first finite chosen elementwise."""
+    if not _real_valued(site):
+        return _uniform_or_prior(site)
+    fn = site["fn"]
+    shape = tuple(fn.shape(site["kwargs"].get("sample_shape", ())))
+    candidates = []
+    for centre in (lambda: fn.mean, lambda: fn.icdf(jnp.full(shape, 0.5))):
+        try:
+            candidates.append(jnp.broadcast_to(jnp.asarray(centre(), jnp.float32), shape))
+        except Exception:  # noqa: BLE001 - a distribution without it (NotImplementedError and kin)
+            continue
+    value = jnp.zeros(shape, jnp.float32)
+    for candidate in reversed(candidates):
+        value = jnp.where(jnp.isfinite(candidate), candidate, value)
+    return value
+
+
 def _imputed_sites(trace) -> set:
     """The latent sites ``sample(name, fn, obs=y, obs_mask=m)`` makes to impute ``y`` where ``m``
     is False: ``name + "_unobserved"``, of the full shape, masked where ``m`` is True, beside the
@@ -643,7 +704,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     if subsampled:  # the plates' indices become data (all rows here; a batch per minibatch step)
         model, data, rebuild = _indexed_model(model, data, rebuild, subsampled)
 
-    def trace_model(latents, data, seed=0):
+    def trace_model(latents, data, seed=0, substitute_fn=None):
         call_args, call_kwargs = rebuild(data)
         if isinstance(seed, int):  # a raw uint32 key, not int64 where traced under enable_x64
             seed = np.array([0, seed], np.uint32)
@@ -654,7 +715,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         else:  # shapes only: uniform draws in the unconstrained space, not the prior's
             # (a Dirichlet or gamma prior draw compiles a rejection sampler: 0.6-1.9 s)
             substituted = handlers.substitute(
-                handlers.seed(model, rng_seed=seed), substitute_fn=_uniform_or_prior
+                handlers.seed(model, rng_seed=seed), substitute_fn=substitute_fn or _uniform_or_prior
             )
         return handlers.trace(substituted).get_trace(*call_args, **call_kwargs)
 
@@ -788,6 +849,11 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         }
 
     chosen = _better_starts(chosen, started_at_zero, joint, data)
+    centred = {  # a real-valued latent the user left to the support starts at its prior's centre
+        name: family if name in families else _centred_start(family, first[name])
+        for name, family in chosen.items()
+    }
+    chosen = _better_starts(centred, chosen, joint, data)
 
     return NumPyroModel(
         joint=joint,
@@ -819,13 +885,17 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
         def arrays(data, rng_key):
             trace = trace_model({}, data, rng_key)
             sites = _sample_sites(trace)
-            supports = {name: jax.tree_util.tree_flatten(site["fn"].support) for name, site in sites.items()}
+            supports = {
+                name: jax.tree_util.tree_flatten(_site_support(site["fn"])) for name, site in sites.items()
+            }
             staged.update(trace=trace, treedefs={name: tree for name, (_, tree) in supports.items()})
             arrays = {
                 name: (site["value"], _site_log_prob(site), supports[name][0]) for name, site in sites.items()
             }
             medians = {name: _prior_median(site, rng_key) for name, site in sites.items() if _ordered(site)}
-            return arrays, medians
+            centred = _sample_sites(trace_model({}, data, rng_key, _prior_center_or_uniform))
+            centres = {name: site["value"] for name, site in centred.items() if _real_valued(site)}
+            return arrays, medians, centres
 
         return arrays
 
@@ -840,7 +910,7 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
                 jax.eval_shape(staged_program(again), data, key)
                 if _structure(again["trace"]) != _structure(staged["trace"]):
                     raise _Restructured
-            concrete, medians = program(data, key)
+            concrete, medians, centres = program(data, key)
         except Exception:  # noqa: BLE001 - any failure to stage: the eager trace
             results.append(_eager_trace(trace_model, data, seed))
             continue
@@ -853,6 +923,8 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
                 # the mask and scale (traced values) are applied in ``log_probs`` alone
                 site.update(value=value, support=support, mask=None, scale=None)
                 log_probs[name] = log_prob
+            if name in centres:
+                site["prior_center"] = np.asarray(centres[name])
             if name in medians:
                 site["prior_median"] = medians[name]
             trace[name] = site
@@ -885,9 +957,7 @@ def _better_starts(median, zero, joint, data):
     scores = []
     for families in (median, zero):
         locs = {  # NumPy: eager jnp ops each compile a program (0.35 s of them here)
-            name: np.broadcast_to(
-                np.asarray(families[name].init_loc, np.float32), families[name].unconstrained_shape
-            )
+            name: np.broadcast_to(np.asarray(families[name].init_loc, np.float32), _loc_shape(families[name]))
             for name in ordered
         }
         try:
@@ -904,7 +974,7 @@ PRIOR_MEDIAN_DRAWS = 15  # prior draws whose elementwise median starts an ordere
 
 def _ordered(site) -> bool:
     """A latent site on an ordered vector (or a positive ordered one)."""
-    return not site["is_observed"] and is_ordered(site["fn"].support)
+    return not site["is_observed"] and is_ordered(_site_support(site["fn"]))
 
 
 def _prior_median(site, rng_key):
@@ -913,6 +983,31 @@ def _prior_median(site, rng_key):
     (:func:`_ordered_start`)."""
     draws = site["fn"].sample(jax.random.fold_in(rng_key, 1), (PRIOR_MEDIAN_DRAWS,))
     return jnp.median(draws, axis=0)
+
+
+def _loc_shape(family) -> tuple:
+    """The shape of a Gaussian-based family's ``loc`` (its unconstrained shape where it has one)."""
+    return tuple(getattr(family, "unconstrained_shape", family.shape))
+
+
+def _centred_start(family, site):
+    """``family`` (a :class:`~grepvi.families.normal.Normal` on a real-valued site) started at the
+    site's prior centre given the sites before it (:func:`_prior_center_or_uniform`), where
+    that is finite and not 0 (else as it was).
+
+    The unconstrained 0 knows nothing of the prior's location: a growth curve's intercept
+    with a ``Normal(250, 100)`` prior (weights near 240 g) started at 0, its ELBO at -6e7, the
+    natural rule's trial diverged, and Adam's ran 200,000 iterations without converging
+    (non-centred rat effects took up the 240 g). Started at 250, the fit converged in 4,050
+    iterations, 31 nats higher. Whether this start or 0 is kept is the model's call
+    (:func:`_better_starts`)."""
+    centre = site.get("prior_center")
+    if centre is None or type(family) is not Normal:
+        return family
+    centre = np.asarray(centre, np.float32)
+    if centre.shape != tuple(family.shape) or not np.all(np.isfinite(centre)) or not np.any(centre):
+        return family
+    return dataclasses.replace(family, init_loc=centre)
 
 
 def _ordered_start(family, site):
@@ -947,10 +1042,13 @@ def _eager_trace(trace_model, data, seed):
     trace = trace_model({}, data, seed)
     log_probs = {}
     for name, site in _sample_sites(trace).items():
-        site["support"] = site["fn"].support
+        site["support"] = _site_support(site["fn"])
         log_probs[name] = _site_log_prob(site)
         if _ordered(site):
             site["prior_median"] = _prior_median(site, jax.random.PRNGKey(seed))
+        if _real_valued(site):
+            centred = _sample_sites(trace_model({}, data, seed, _prior_center_or_uniform))
+            site["prior_center"] = np.asarray(centred[name]["value"])
     return trace, log_probs
 
 
