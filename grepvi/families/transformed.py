@@ -40,7 +40,6 @@ import numpy as np
 from grepvi import numerics
 from grepvi.families.base import Family
 from grepvi.families.location_scale import HALF_LOG_2PI, gaussian_fisher_diagonal
-from grepvi.inference.compilation_cache import once_compiler_options
 
 __all__ = ["Affine", "TransformedNormal", "MOMENT_DRAWS"]
 
@@ -398,9 +397,7 @@ def _check_separable(bijector, unconstrained_event, constraint):
     # One compiled program, the random point in it: op by op, the Hessian of a 3x3 Cholesky
     # factor's log-Jacobian dispatched for 5 s on CPU (under a second compiled); the point
     # drawn outside it cost two more programs (0.14 s on an ordered vector).
-    hessian = np.asarray(
-        jax.jit(hessian_at_random_point, compiler_options=once_compiler_options())(), np.float64
-    )
+    hessian = np.asarray(jax.jit(hessian_at_random_point)(), np.float64)
     off = hessian - np.diag(np.diag(hessian))
     if np.max(np.abs(off)) > 1e-3 * (1.0 + np.max(np.abs(np.diag(hessian)))):
         raise ValueError(
