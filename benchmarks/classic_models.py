@@ -1,4 +1,4 @@
-"""Five classic NumPyro models, written in the thirty-seventh session to probe the defaults
+"""Nine classic NumPyro models, written in the thirty-seventh session to probe the defaults
 again (none was run before it was written here; published data where the source prints it,
 else simulated with a fixed seed of this module's own):
 
@@ -17,6 +17,20 @@ else simulated with a fixed seed of this module's own):
   published posterior of tau sits near 0: a funnel).
 * ``poisson_mixture``: counts from a two-component Poisson mixture with ordered rates
   (``positive_ordered_vector``), 200 counts.
+
+Four more, written after those five's fixes, before they were run (the same session):
+
+* ``kidiq``: a child's test score on the mother's IQ, raw scales (Gelman & Hill 2007, ch. 3's
+  model; 434 rows simulated at its published fit, 26 + 0.6 IQ, sd 18), ``Normal(0, 100)`` and
+  ``Normal(0, 10)`` priors, ``sigma ~ HalfCauchy(10)``: an uncentred predictor near 100, the
+  intercept and slope correlated -0.99.
+* ``vague_normal``: BUGS's vague priors as users port them, ``mu ~ dnorm(0, 1.0E-6)`` (sd
+  1,000) and ``tau ~ dgamma(0.001, 0.001)``, 50 points near 20.
+* ``separable``: a logistic regression whose first feature separates the classes, ``b ~
+  Normal(0, 2.5)`` (Gelman et al. 2008's weakly informative prior is what keeps it proper).
+* ``epil``: the BUGS *Epil* example's shape (Breslow & Clayton 1993): seizure counts of 59
+  patients over 4 visits, a treatment effect, a random effect per patient and one per visit
+  (overdispersion), non-centred (simulated).
 
 First run (``python benchmarks/time_to_answer.py --classic``, before any change they led to):
 bioassay, Dyes and Blockers 0.54-0.60 of SVI's time; ``growth`` ran 200,000 iterations
@@ -67,6 +81,70 @@ BLOCKERS_TREATED_DEATHS = _RNG.binomial(
 
 _FIRST = _RNG.uniform(size=200) < 0.4
 POISSON_MIXTURE_COUNTS = np.where(_FIRST, _RNG.poisson(2.0, 200), _RNG.poisson(11.0, 200)).astype(np.float32)
+
+
+KIDIQ_MOM_IQ = (100.0 + 15.0 * _RNG.normal(size=434)).astype(np.float32)
+KIDIQ_SCORE = (26.0 + 0.6 * KIDIQ_MOM_IQ + 18.0 * _RNG.normal(size=434)).astype(np.float32)
+
+VAGUE_Y = (20.0 + 3.0 * _RNG.normal(size=50)).astype(np.float32)
+
+SEPARABLE_X = _RNG.normal(size=(80, 2)).astype(np.float32)
+SEPARABLE_Y = (SEPARABLE_X[:, 0] > 0.1).astype(np.float32)
+
+EPIL_TREATED = (np.arange(59) >= 28).astype(np.float32)
+_PATIENT = 0.5 * _RNG.normal(size=59)
+EPIL_COUNTS = _RNG.poisson(
+    np.exp(1.8 - 0.3 * EPIL_TREATED[:, None] + _PATIENT[:, None] + 0.35 * _RNG.normal(size=(59, 4)))
+).astype(np.float32)
+
+
+def kidiq(mom_iq, score):
+    import numpyro
+    import numpyro.distributions as dist
+
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 100.0))
+    b1 = numpyro.sample("b1", dist.Normal(0.0, 10.0))
+    sigma = numpyro.sample("sigma", dist.HalfCauchy(10.0))
+    with numpyro.plate("children", score.shape[0]):
+        numpyro.sample("score", dist.Normal(b0 + b1 * mom_iq, sigma), obs=score)
+
+
+def vague_normal(y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1000.0))
+    tau = numpyro.sample("tau", dist.Gamma(0.001, 0.001))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, 1.0 / jnp.sqrt(tau)), obs=y)
+
+
+def separable(x, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 2.5))
+    b = numpyro.sample("b", dist.Normal(0.0, 2.5).expand([2]).to_event(1))
+    with numpyro.plate("obs", y.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=b0 + x @ b), obs=y)
+
+
+def epil(treated, counts):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 5.0))
+    b_treated = numpyro.sample("b_treated", dist.Normal(0.0, 1.0))
+    sigma_patient = numpyro.sample("sigma_patient", dist.HalfNormal(1.0))
+    sigma_visit = numpyro.sample("sigma_visit", dist.HalfNormal(1.0))
+    with numpyro.plate("patients", counts.shape[0], dim=-2):
+        patient = numpyro.sample("patient", dist.Normal(0.0, 1.0))
+        with numpyro.plate("visits", counts.shape[1], dim=-1):
+            visit = numpyro.sample("visit", dist.Normal(0.0, 1.0))
+            log_rate = b0 + b_treated * treated[:, None] + sigma_patient * patient + sigma_visit * visit
+            numpyro.sample("counts", dist.Poisson(rate=jnp.exp(log_rate)), obs=counts)
 
 
 def bioassay(dose, animals, deaths):
@@ -164,6 +242,21 @@ CLASSIC_MODELS = {
             blockers,
             (BLOCKERS_CONTROL_N, BLOCKERS_CONTROL_DEATHS, BLOCKERS_TREATED_N, BLOCKERS_TREATED_DEATHS),
             "random-effects meta-analysis, 22 trials (BUGS Blockers, simulated)",
+        ),
+        TextbookModel(
+            "kidiq", kidiq, (KIDIQ_MOM_IQ, KIDIQ_SCORE), "score on mother's IQ, raw scales (Gelman & Hill 3)"
+        ),
+        TextbookModel(
+            "vague_normal", vague_normal, (VAGUE_Y,), "BUGS vague priors, normal mean and precision"
+        ),
+        TextbookModel(
+            "separable", separable, (SEPARABLE_X, SEPARABLE_Y), "logistic regression, separable data"
+        ),
+        TextbookModel(
+            "epil",
+            epil,
+            (EPIL_TREATED, EPIL_COUNTS),
+            "Poisson, patient and visit effects, 59 x 4 (BUGS Epil)",
         ),
         TextbookModel(
             "poisson_mixture",

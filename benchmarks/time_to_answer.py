@@ -10,7 +10,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
-    python benchmarks/time_to_answer.py --classic             # the five of classic_models.py
+    python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -242,7 +242,7 @@ def main(argv=None):
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")
     parser.add_argument(
-        "--classic", action="store_true", help="the five of classic_models.py (without --models)"
+        "--classic", action="store_true", help="the nine of classic_models.py (without --models)"
     )
     parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
