@@ -893,9 +893,7 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
                 name: (site["value"], _site_log_prob(site), supports[name][0]) for name, site in sites.items()
             }
             medians = {name: _prior_median(site, rng_key) for name, site in sites.items() if _ordered(site)}
-            centred = _sample_sites(trace_model({}, data, rng_key, _prior_center_or_uniform))
-            centres = {name: site["value"] for name, site in centred.items() if _real_valued(site)}
-            return arrays, medians, centres
+            return arrays, medians, _prior_centres(trace_model, data, rng_key)
 
         return arrays
 
@@ -933,9 +931,11 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
 
 
 def _better_starts(median, zero, joint, data):
-    """Of the two starts of the ordered latents (:func:`_ordered_start`: ``median``; the
-    unconstrained 0: ``zero``), the one where the model's log joint at the families' initial
-    means is higher (``median`` on a tie, or where the model cannot be evaluated at 0).
+    """Of two starts of the latents (families that differ in their Gaussian ``init_loc`` alone:
+    ``median``, the ordered latents at their prior's median, :func:`_ordered_start`, or the
+    real-valued ones at their prior's centre, :func:`_centred_start`; and ``zero``, the start
+    before), the one where the model's log joint at the families' initial means is higher
+    (``median`` on a tie, or where the model cannot be evaluated at ``zero``).
 
     Neither start knows the data: the prior's median spread a three-component mixture's
     locations over the data (from 0, 1 apart, its components merged), but put an ordered
@@ -1040,16 +1040,26 @@ def _structure(trace) -> tuple:
 
 def _eager_trace(trace_model, data, seed):
     trace = trace_model({}, data, seed)
+    centres = _prior_centres(trace_model, data, seed)
     log_probs = {}
     for name, site in _sample_sites(trace).items():
         site["support"] = _site_support(site["fn"])
         log_probs[name] = _site_log_prob(site)
         if _ordered(site):
             site["prior_median"] = _prior_median(site, jax.random.PRNGKey(seed))
-        if _real_valued(site):
-            centred = _sample_sites(trace_model({}, data, seed, _prior_center_or_uniform))
-            site["prior_center"] = np.asarray(centred[name]["value"])
+        if name in centres:
+            site["prior_center"] = np.asarray(centres[name])
     return trace, log_probs
+
+
+def _prior_centres(trace_model, data, seed) -> dict:
+    """The real-valued latent sites' prior centres (:func:`_prior_center_or_uniform`, one run
+    of the model), or none where that run fails (the sites keep their default start)."""
+    try:
+        centred = _sample_sites(trace_model({}, data, seed, _prior_center_or_uniform))
+    except Exception:  # noqa: BLE001 - a model that cannot run at its centres: the old start
+        return {}
+    return {name: site["value"] for name, site in centred.items() if _real_valued(site)}
 
 
 def _base_name(fn) -> str:
