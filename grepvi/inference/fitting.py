@@ -256,29 +256,6 @@ class Setup(NamedTuple):
         )  # fmt: skip
 
 
-def _sized_step(step_fn, draws, initial_loop, data, target, estimator, small, full_batch, build):
-    """``(step_fn, draws, rebuilt or None)``: a full-batch default step's first draws by what
-    one costs (:func:`draws_per_step` with the traced step's flops; ``draws`` None: a fixed
-    schedule), and a ``small`` model's step traced once here and replayed by the window (no
-    second trace of the model: its jaxpr also sizes the compiler options, :func:`step_profile`).
-    ``rebuilt``: ``build(draws, initial)``'s ``(most_repeats, step_fn, place, data,
-    widened_step_fn)`` where the draws changed."""
-    traced, built = False, None
-    if draws is not None and full_batch and draws > 1:
-        step_fn, flops = traced_step(step_fn, initial_loop, data)
-        traced = True
-        cheaper = draws_per_step(target.families, estimator, flops / draws)
-        if cheaper < draws:
-            draws = cheaper
-            most_repeats, step_fn, _, place, data, widened_step_fn = build(draws, initial_loop)
-            built, traced = (most_repeats, step_fn, place, data, widened_step_fn), False
-    if small and not traced:
-        step_fn, _ = traced_step(step_fn, initial_loop, data)
-    if built is not None:
-        built = (built[0], step_fn, *built[2:])
-    return step_fn, draws, built
-
-
 def _resolve_optimizer(optimizer, step_size):
     if optimizer is not None:
         return optimizer
@@ -370,15 +347,23 @@ def setup(
             check_target(target, initial_loop.params, data)
 
     elements = latent_elements(target.families)
-    small = batch_size is None and not parallel and elements <= SMALL_MODEL_ELEMENTS
     try:
-        step_fn, draws, built = _sized_step(
-            step_fn, None if fixed else draws, initial_loop, data, target, estimator, small,
-            batch_size is None and not parallel, build,
-        )  # fmt: skip
-        if built is not None:
-            most_repeats, step_fn, place, data, widened_step_fn = built
-        profile = step_profile(step_fn.jaxpr) if small else {}
+        traced = False
+        if not fixed and batch_size is None and not parallel and draws > 1:
+            # the first draws by what one costs: the step traced here is the one the window
+            # replays (no second trace of the model where the draws stand)
+            step_fn, flops = traced_step(step_fn, initial_loop, data)
+            traced = True
+            cheaper = draws_per_step(target.families, estimator, flops / draws)
+            if cheaper < draws:
+                draws = cheaper
+                most_repeats, step_fn, _, place, data, widened_step_fn = build(draws, initial_loop)
+                traced = False
+        profile = {}
+        if batch_size is None and not parallel and elements <= SMALL_MODEL_ELEMENTS:
+            if not traced:  # traced once here, replayed by the window: no second trace
+                step_fn, _ = traced_step(step_fn, initial_loop, data)
+            profile = step_profile(step_fn.jaxpr)
         compiled_as = dict(
             track_mean=not fixed,
             compiler_options=step_compiler_options(elements, **profile),
