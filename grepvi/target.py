@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from grepvi.errors import ConfigError
-from grepvi.families.base import Family, from_log_space
+from grepvi.families.base import Family
 
 __all__ = [
     "Target",
@@ -136,7 +136,7 @@ def values_from_inputs(inputs: dict, families, log_space: bool) -> dict:
     if not log_space:
         return inputs
     return {
-        name: from_log_space(value, families[name].support) if name in families else value
+        name: families[name].value_from_log_space(value) if name in families else value
         for name, value in inputs.items()
     }
 

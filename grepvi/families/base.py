@@ -120,6 +120,10 @@ class Family(abc.ABC):
         """A value ``z`` in the log space of the support (``log``, ``logit`` or itself)."""
         return to_log_space(z, self.support)
 
+    def value_from_log_space(self, u, bounds_dtype=None) -> jax.Array:
+        """The inverse of :meth:`to_log_space`: ``z`` from ``u`` (:func:`from_log_space`)."""
+        return from_log_space(u, self.support, bounds_dtype)
+
     def has_input_moments(self, log_space: bool) -> bool:
         """Whether :meth:`input_moments` is known in closed form for a target with or without
         ``log_space`` (:mod:`grepvi.estimators.quadratic_control_variate`)."""

@@ -60,7 +60,7 @@ import numpy as np
 
 from grepvi.errors import ModelError
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
-from grepvi.families.base import Family, from_log_space, to_log_space
+from grepvi.families.base import Family
 from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.models.factors import Factor, LogJoint, log_joint
@@ -165,7 +165,7 @@ class NumPyroModel(NamedTuple):
         family (the log-space factors read ``log z`` of a positive or simplex site, ``logit z``
         of a unit-interval one, ``z`` otherwise)."""
         for name, family in families.items():
-            if name in self.families and _space(family.support) != _space(self.families[name].support):
+            if name in self.families and _family_space(family) != _family_space(self.families[name]):
                 raise ModelError(
                     f"latents[{name!r}]: {type(family).__name__} (support {family.support!r}) reads the site "
                     f"in another space than {type(self.families[name]).__name__}; give it with "
@@ -538,6 +538,67 @@ def _space(support) -> str:
     return {"positive": "log", "simplex": "log", "unit_interval": "logit"}.get(support, "value")
 
 
+def _family_space(family) -> str:
+    """How ``family``'s latent reaches the log-space factors: ``"unconstrained"`` (its ``u``)
+    for an ordered :class:`TransformedNormal` (:meth:`TransformedNormal.to_log_space`), else
+    by its support (:func:`_space`)."""
+    if isinstance(family, TransformedNormal) and family.ordered:
+        return "unconstrained"
+    return _space(family.support)
+
+
+def _transform_types(transform) -> tuple:
+    """``transform``'s parts, as types, in the order applied (a ``ComposeTransform`` flattened)."""
+    from numpyro.distributions import transforms
+
+    if isinstance(transform, transforms.ComposeTransform):
+        return tuple(t for part in transform.parts for t in _transform_types(part))
+    return (type(transform),)
+
+
+def _unconstrained_log_prob(fn, u, bijection):
+    """``log p(z)`` of an ordered latent site's own distribution from the unconstrained draw
+    ``u`` (``z = bijection(u)``), exact where ``z`` lost its small gaps to float rounding:
+    a ``TransformedDistribution`` whose transforms are the family's ``bijection`` (NumPyro's
+    ordered prior, ``TransformedDistribution(Normal(...), OrderedTransform())``) has ``u`` as its
+    base value, so its density is the base's at ``u`` less the transforms' log-Jacobians, the
+    intermediate values computed forward from ``u`` and never by inverting ``z``. ``None``
+    (evaluate ``fn.log_prob`` at ``z``) for any other distribution. Only parameter-free
+    transforms (ordered, exp) are matched by type."""
+    import numpyro.distributions as dist
+    from numpyro.distributions import transforms
+    from numpyro.distributions.util import sum_rightmost
+
+    event_sum = 0
+    while True:
+        if isinstance(fn, dist.ExpandedDistribution):
+            fn = fn.base_dist
+        elif isinstance(fn, dist.Independent):
+            event_sum += fn.reinterpreted_batch_ndims
+            fn = fn.base_dist
+        else:
+            break
+    if not isinstance(fn, dist.TransformedDistribution):
+        return None
+    parts = tuple(t for transform in fn.transforms for t in _transform_types(transform))
+    free = (transforms.OrderedTransform, transforms.ExpTransform)
+    if parts != _transform_types(bijection) or not all(issubclass(t, free) for t in parts):
+        return None
+    # TransformedDistribution.log_prob's sum, forward from u (its support check would reject a
+    # z whose gaps rounded away): the event axes each log-Jacobian is summed over, as it does
+    event_dim, summed = len(fn.event_shape), []
+    for transform in reversed(fn.transforms):
+        summed.append(event_dim - transform.codomain.event_dim)
+        event_dim = transform.domain.event_dim + summed[-1]
+    value = sum_rightmost(fn.base_dist.log_prob(u), event_dim - len(fn.base_dist.event_shape))
+    x = u
+    for transform, batch_ndim in zip(fn.transforms, reversed(summed), strict=True):
+        y = transform(x)
+        value = value - sum_rightmost(transform.log_abs_det_jacobian(x, y), batch_ndim)
+        x = y
+    return jnp.sum(value, tuple(range(-event_sum, 0))) if event_sum else value
+
+
 def _log_space_log_prob(fn, u, space):
     """``log p(z)`` of a latent site's own distribution from ``u = log z`` (or ``logit z``) in
     closed form, where ``fn`` allows it: exact where ``z = exp(u)`` underflows (a gamma draw of
@@ -794,8 +855,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         for name, family in chosen.items()
     }
 
-    spaces = {name: _space(family.support) for name, family in chosen.items()}
-    supports = {name: family.support for name, family in chosen.items()}
+    spaces = {name: _family_space(family) for name, family in chosen.items()}
+    readers = dict(chosen)  # each latent's way between z and what the factors read (not its start)
 
     def batch_shape(info, data):  # a subsampled plate's axis has as many rows as its indices
         axes = info.axes[: len(info.axes) - info.event_ndim]
@@ -803,13 +864,17 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     def values_of(latents):
         return {
-            key: from_log_space(u, supports[key], jnp.float32) if spaces.get(key, "value") != "value" else u
+            key: readers[key].value_from_log_space(u, jnp.float32)
+            if spaces.get(key, "value") != "value"
+            else u
             for key, u in latents.items()
         }
 
     def site_value(name, info, site, latents, data):
         own = None
-        if name in latents and spaces.get(name, "value") != "value":
+        if name in latents and spaces.get(name) == "unconstrained":
+            own = _unconstrained_log_prob(site["fn"], latents[name], readers[name].transform_)
+        elif name in latents and spaces.get(name, "value") != "value":
             own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
         return jnp.broadcast_to(_site_log_prob(site, own), batch_shape(info, data))
 
@@ -844,7 +909,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     def to_inputs(latents):
         return {
-            key: to_log_space(z, supports[key]) if spaces.get(key, "value") != "value" else z
+            key: readers[key].to_log_space(z) if spaces.get(key, "value") != "value" else z
             for key, z in latents.items()
         }
 
