@@ -163,7 +163,7 @@ class NumPyroModel(NamedTuple):
     def check_spaces(self, families: dict) -> None:
         """ModelError where a family would hand its site in another space than the adapter's
         family (the log-space factors read ``log z`` of a positive or simplex site, ``logit z``
-        of a unit-interval one, ``z`` otherwise)."""
+        of a unit-interval one, the unconstrained ``u`` of an ordered one, ``z`` otherwise)."""
         for name, family in families.items():
             if name in self.families and _family_space(family) != _family_space(self.families[name]):
                 raise ModelError(
@@ -569,15 +569,7 @@ def _unconstrained_log_prob(fn, u, bijection):
     from numpyro.distributions import transforms
     from numpyro.distributions.util import sum_rightmost
 
-    event_sum = 0
-    while True:
-        if isinstance(fn, dist.ExpandedDistribution):
-            fn = fn.base_dist
-        elif isinstance(fn, dist.Independent):
-            event_sum += fn.reinterpreted_batch_ndims
-            fn = fn.base_dist
-        else:
-            break
+    fn, event_sum = _unwrapped(fn)
     if not isinstance(fn, dist.TransformedDistribution):
         return None
     parts = tuple(t for transform in fn.transforms for t in _transform_types(transform))
@@ -599,12 +591,11 @@ def _unconstrained_log_prob(fn, u, bijection):
     return jnp.sum(value, tuple(range(-event_sum, 0))) if event_sum else value
 
 
-def _log_space_log_prob(fn, u, space):
-    """``log p(z)`` of a latent site's own distribution from ``u = log z`` (or ``logit z``) in
-    closed form, where ``fn`` allows it: exact where ``z = exp(u)`` underflows (a gamma draw of
-    shape 0.1 below 1e-38). ``None``: evaluate ``fn.log_prob`` at ``z``."""
+def _unwrapped(fn):
+    """``(base, event_sum)``: ``fn`` without its ``ExpandedDistribution`` and ``Independent``
+    wrappers, and the event axes the latter summed (a value computed from ``base`` is summed
+    over them to be ``fn``'s)."""
     import numpyro.distributions as dist
-    from jax.scipy.special import betaln, gammaln
 
     event_sum = 0
     while True:
@@ -614,7 +605,17 @@ def _log_space_log_prob(fn, u, space):
             event_sum += fn.reinterpreted_batch_ndims
             fn = fn.base_dist
         else:
-            break
+            return fn, event_sum
+
+
+def _log_space_log_prob(fn, u, space):
+    """``log p(z)`` of a latent site's own distribution from ``u = log z`` (or ``logit z``) in
+    closed form, where ``fn`` allows it: exact where ``z = exp(u)`` underflows (a gamma draw of
+    shape 0.1 below 1e-38). ``None``: evaluate ``fn.log_prob`` at ``z``."""
+    import numpyro.distributions as dist
+    from jax.scipy.special import betaln, gammaln
+
+    fn, event_sum = _unwrapped(fn)
     value = None
     if space == "log" and type(fn) is dist.Gamma:
         a, rate = fn.concentration, fn.rate
