@@ -920,6 +920,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         for name, family in chosen.items()
     }
     chosen = _better_starts(centred, chosen, joint, data)
+    if any(_is_mixture(site["fn"]) for site in first.values()):
+        chosen = _searched_ordered_starts(chosen, joint, data, protected=set(families))
 
     return NumPyroModel(
         joint=joint,
@@ -1033,6 +1035,107 @@ def _better_starts(median, zero, joint, data):
     if math.isfinite(scores[1]) and not scores[0] >= scores[1]:
         return zero
     return median
+
+
+# A mixture's ordered latent's start is searched (:func:`_searched_ordered_starts`) from the
+# chosen one and ORDERED_SEARCH_STARTS more, each NumPyro's ``init_to_uniform`` (uniform on
+# (-2, 2) in the unconstrained space), by ORDERED_SEARCH_STEPS Adam steps of
+# ORDERED_SEARCH_RATE on the point log density (the steps cost little against the compilation:
+# 0.72 s at 1 step, 0.78 at 200, 0.98 at 1,000 on a Poisson mixture).
+ORDERED_SEARCH_STARTS = 8
+ORDERED_SEARCH_STEPS = 200
+ORDERED_SEARCH_RATE = 0.1
+
+
+def _is_mixture(fn) -> bool:
+    """``fn`` (a site's distribution, under its ``Independent``/``Expanded`` wrappers) is one of
+    NumPyro's mixtures (``MixtureSameFamily``, ``MixtureGeneral``)."""
+    from numpyro.distributions.mixtures import _MixtureBase
+
+    return isinstance(_unwrapped(fn)[0], _MixtureBase)
+
+
+def _searched_ordered_starts(families, joint, data, protected):
+    """``families`` with each ordered latent (a :class:`TransformedNormal` not in ``protected``,
+    the user's) started where a short search of the point log density found the model's best.
+    Run for models with a mixture site (:func:`_is_mixture`): the search compiles the model's
+    gradient (0.5-0.7 s), and an ordered logistic regression's cut points, whose likelihood has
+    one optimum, ran the same 3,375 iterations from its end as from 0.
+
+    A mixture's ordered locations have one optimum per way of sharing the clusters among the
+    components, and no start that ignores the data finds the best one on every data set: from
+    the prior's median (-6.5, -3.5, 4.9) a three-component mixture of clusters at -4, 0 and 5
+    put two components on the first (ELBO -413.7), from 0 (locations 0, 1, 2) and from NumPyro's
+    random start two on the second (-407.5; NumPyro SVI and one NUTS chain ended there too),
+    and from the clusters themselves the fit reached -374.0. From the prior's median the search
+    reached the clusters (-4.2, 0.3, 5.3), and the fit from there -374.0. The search runs Adam on
+    ``log p(x, T(u)) + log |J_T(u)|`` over the ordered latents' ``u`` (the others held at their
+    initial means) from the chosen start and ``ORDERED_SEARCH_STARTS`` uniform ones, all in one
+    compiled program (``vmap`` over the starts, ``scan`` over the steps), and the highest end
+    is the start (unchanged where no end is finite, or the model fails there)."""
+    import optax
+
+    from grepvi.target import inputs_at_means
+
+    ordered = [
+        name
+        for name, family in families.items()
+        if name not in protected and isinstance(family, TransformedNormal) and family.ordered
+    ]
+    if not ordered:
+        return families
+    rng = np.random.default_rng(0)
+    starts = {
+        name: np.concatenate(
+            [
+                np.broadcast_to(np.asarray(families[name].init_loc, np.float32), _loc_shape(families[name]))[
+                    None
+                ],
+                rng.uniform(-2.0, 2.0, (ORDERED_SEARCH_STARTS,) + _loc_shape(families[name])).astype(
+                    np.float32
+                ),
+            ]
+        )
+        for name in ordered
+    }
+    optimizer = optax.adam(ORDERED_SEARCH_RATE)
+
+    @functools.partial(jax.jit, compiler_options=once_compiler_options())
+    def search(starts, data):
+        params = {name: family.init_params() for name, family in families.items()}
+
+        def objective(locs):
+            moved = {**params, **{name: {**params[name], "loc": locs[name]} for name in ordered}}
+            value = joint.logdensity_fn(inputs_at_means(moved, families, True), data)
+            return value + sum(jnp.sum(families[name]._log_det(locs[name])) for name in ordered)
+
+        def step(carry, _):
+            locs, state = carry
+            grad = jax.grad(lambda x: -objective(x))(locs)
+            updates, state = optimizer.update(grad, state, locs)
+            return (optax.apply_updates(locs, updates), state), None
+
+        def one(locs):
+            (locs, _), _ = jax.lax.scan(step, (locs, optimizer.init(locs)), None, ORDERED_SEARCH_STEPS)
+            return locs, objective(locs)
+
+        return jax.vmap(one)(starts)
+
+    try:
+        ends, values = search(starts, data)
+        values = np.asarray(values, np.float64)
+    except Exception:  # noqa: BLE001 - a model that fails at a start: the check reports it
+        return families
+    values = np.where(np.isfinite(values), values, -np.inf)
+    best = int(np.argmax(values))
+    if not np.isfinite(values[best]):
+        return families
+    return {
+        name: dataclasses.replace(family, init_loc=np.asarray(ends[name][best], np.float32))
+        if name in ordered
+        else family
+        for name, family in families.items()
+    }
 
 
 PRIOR_MEDIAN_DRAWS = 15  # prior draws whose elementwise median starts an ordered latent (init_to_median's)
