@@ -36,7 +36,8 @@ they found the three on those six (``tests/test_ordered_start.py``). On this dat
 AutoNormal's -407.5, and the merged gap's drift raised the draws to the cap (156 s). It is
 kept as measured. In the thirty-eighth session the drift traced to the ordered prior evaluated
 at a value whose gap had rounded away; evaluated at the unconstrained draw, the fit converges
-(91 s, the same merged optimum).
+(91 s, the same merged optimum). The same session's search of a mixture's ordered start finds
+the clusters: 10.1 s, ELBO -374.1 (SVI -407.5).
 """
 
 import numpy as np
