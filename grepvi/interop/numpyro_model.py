@@ -1107,7 +1107,9 @@ def _searched_ordered_starts(families, joint, data, protected):
         def objective(locs):
             moved = {**params, **{name: {**params[name], "loc": locs[name]} for name in ordered}}
             value = joint.logdensity_fn(inputs_at_means(moved, families, True), data)
-            return value + sum(jnp.sum(families[name]._log_det(locs[name])) for name in ordered)
+            bijections = {name: families[name].transform_ for name in ordered}
+            log_dets = (jnp.sum(b.log_abs_det_jacobian(locs[n], b(locs[n]))) for n, b in bijections.items())
+            return value + sum(log_dets)
 
         def step(carry, _):
             locs, state = carry
