@@ -178,7 +178,7 @@ def path_entropy_correction(params, eps, families: dict, location_hessian=None, 
     total = 0.0
     offsets = {}
     for name, family in families.items():
-        if not isinstance(family, LocationScale):
+        if not isinstance(family, LocationScale) and not coupling.is_unconstrained_normal(family):
             continue
         natural = family.natural_params(params[name])
         loc, scale = natural["loc"], natural["scale"]
@@ -187,13 +187,13 @@ def path_entropy_correction(params, eps, families: dict, location_hessian=None, 
             offsets[name] = loc - fixed_loc + fixed_scale * eps[name]  # zeta - mu, through mu only
             loc = jnp.where(on, fixed_loc, loc)
         zeta = loc + scale * eps[name]
-        neg_log_q = (
-            0.5 * jnp.square((zeta - fixed_loc) / fixed_scale)
-            + family.log_abs_det_jacobian(params[name], eps[name])
-            - jnp.log(scale)
-            + jnp.log(fixed_scale)
-        )
-        total = total + jnp.sum(neg_log_q) - jnp.sum(family.entropy(params[name]))
+        quadratic = 0.5 * jnp.square((zeta - fixed_loc) / fixed_scale)
+        log_det = family.log_abs_det_jacobian(params[name], eps[name])
+        if jnp.shape(log_det) == jnp.shape(zeta):
+            neg_log_q = jnp.sum(quadratic + log_det - jnp.log(scale) + jnp.log(fixed_scale))
+        else:  # an ordered latent's log-Jacobian is one value per event: summed, not broadcast
+            neg_log_q = jnp.sum(quadratic - jnp.log(scale) + jnp.log(fixed_scale)) + jnp.sum(log_det)
+        total = total + neg_log_q - jnp.sum(family.entropy(params[name]))
     if offsets:
         d = jnp.concatenate([jnp.ravel(offsets[name]) for name, _ in covered])
         total = total + jnp.where(on, -0.5 * jnp.dot(d, hessian @ d), 0.0)
