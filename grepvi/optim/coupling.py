@@ -33,8 +33,10 @@ average an error of ``1 / lambda^2`` over the draws. The default procedure decid
 (:func:`grepvi.inference.controller._coupled_next`, :func:`grepvi.inference.fitting.location_coupler`).
 
 Only the ``loc`` of real-valued Gaussian factors (:class:`~grepvi.families.normal.Normal`:
-regression coefficients, intercepts, non-centred effects) is coupled: for them the input of the
-model is ``mu + sigma eps`` with no Jacobian. The other latents keep their mean-field step.
+regression coefficients, intercepts, non-centred effects) and of ordered latents
+(:func:`is_unconstrained_normal`) is coupled: for them the input of the model is ``mu + sigma
+eps`` (an ordered latent's log-Jacobian is in its entropy, linear in ``u`` for an ordered vector).
+The other latents keep their mean-field step.
 """
 
 import math
