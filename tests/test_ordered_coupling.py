@@ -81,3 +81,25 @@ def test_a_poisson_mixtures_ordered_rates_converge_coupled():
     family = from_numpyro(_poisson3, y).latents()["rates"]
     rates = np.asarray(family.transform_(jnp.asarray(result.params["rates"]["loc"])))
     np.testing.assert_allclose(rates, [1.0, 8.0, 25.0], rtol=0.25)
+
+
+@pytest.mark.slow
+def test_an_ordered_coupled_fit_resumed_is_bitwise_the_uninterrupted_one():
+    rng = np.random.default_rng(11)
+    y = np.concatenate([rng.poisson(1.0, 80), rng.poisson(8.0, 80), rng.poisson(25.0, 80)]).astype(np.float32)
+    model = from_numpyro(_poisson3, y)
+    calls = [0]
+
+    def stop_late(event):
+        calls[0] += 1
+        return calls[0] >= 32  # after the first stage, where the locations were coupled
+
+    full = model.fit(progress=False)
+    part = model.fit(progress=False, callback=stop_late)
+    assert part.convergence.reason == "interrupted" and part.convergence.coupled
+    rest = model.fit(progress=False, resume=part.run_state)
+    for x, z in zip(
+        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
+    ):
+        np.testing.assert_array_equal(x, z)
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
