@@ -1085,19 +1085,12 @@ def _searched_ordered_starts(families, joint, data, protected):
     if not ordered:
         return families
     rng = np.random.default_rng(0)
-    starts = {
-        name: np.concatenate(
-            [
-                np.broadcast_to(np.asarray(families[name].init_loc, np.float32), _loc_shape(families[name]))[
-                    None
-                ],
-                rng.uniform(-2.0, 2.0, (ORDERED_SEARCH_STARTS,) + _loc_shape(families[name])).astype(
-                    np.float32
-                ),
-            ]
-        )
-        for name in ordered
-    }
+    starts = {}
+    for name in ordered:
+        shape = _loc_shape(families[name])
+        chosen = np.broadcast_to(np.asarray(families[name].init_loc, np.float32), shape)
+        uniform = rng.uniform(-2.0, 2.0, (ORDERED_SEARCH_STARTS,) + shape).astype(np.float32)
+        starts[name] = np.concatenate([chosen[None], uniform])
     optimizer = optax.adam(ORDERED_SEARCH_RATE)
 
     @functools.partial(jax.jit, compiler_options=once_compiler_options())
@@ -1107,9 +1100,10 @@ def _searched_ordered_starts(families, joint, data, protected):
         def objective(locs):
             moved = {**params, **{name: {**params[name], "loc": locs[name]} for name in ordered}}
             value = joint.logdensity_fn(inputs_at_means(moved, families, True), data)
-            bijections = {name: families[name].transform_ for name in ordered}
-            log_dets = (jnp.sum(b.log_abs_det_jacobian(locs[n], b(locs[n]))) for n, b in bijections.items())
-            return value + sum(log_dets)
+            for name in ordered:  # the density of u: the target's is that of z = T(u)
+                bijection = families[name].transform_
+                value = value + jnp.sum(bijection.log_abs_det_jacobian(locs[name], bijection(locs[name])))
+            return value
 
         def step(carry, _):
             locs, state = carry
