@@ -311,8 +311,9 @@ class TransformedNormal(Family):
         """The point where the model is evaluated for the baseline and the checks: the image of
         the unconstrained mean, ``T(loc)``. Not ``E_q[z]``: on a support that is not convex the
         average of draws leaves it (an average of correlation Cholesky factors has rows shorter
-        than 1, where ``LKJCholesky`` has no density), and the model is -inf there."""
-        if self.identity or self.ordered:  # an ordered latent's log space is ``u`` (below)
+        than 1, where ``LKJCholesky`` has no density), and the model is -inf there. An ordered
+        latent's log space is ``u`` (below): there the point is ``loc`` itself."""
+        if self.identity or self.ordered:
             return params["loc"]
         return self.transform_(params["loc"])
 
