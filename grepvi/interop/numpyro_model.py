@@ -547,13 +547,18 @@ def _family_space(family) -> str:
     return _space(family.support)
 
 
-def _transform_types(transform) -> tuple:
-    """``transform``'s parts, as types, in the order applied (a ``ComposeTransform`` flattened)."""
+def _transform_parts(transform) -> list:
+    """``transform``'s parts in the order applied (a ``ComposeTransform`` flattened)."""
     from numpyro.distributions import transforms
 
     if isinstance(transform, transforms.ComposeTransform):
-        return tuple(t for part in transform.parts for t in _transform_types(part))
-    return (type(transform),)
+        return [t for part in transform.parts for t in _transform_parts(part)]
+    return [transform]
+
+
+def _transform_types(transform) -> tuple:
+    """``transform``'s parts (:func:`_transform_parts`) as types."""
+    return tuple(type(t) for t in _transform_parts(transform))
 
 
 def _unconstrained_log_prob(fn, u, bijection):
@@ -671,9 +676,7 @@ def _site_support(fn):
 
     if not isinstance(fn, TransformedDistribution):
         return fn.support
-    parts = []
-    for transform in fn.transforms:
-        parts.extend(transform.parts if isinstance(transform, transforms.ComposeTransform) else [transform])
+    parts = [part for transform in fn.transforms for part in _transform_parts(transform)]
     base = fn.base_dist.support
     while isinstance(base, constraints.independent):
         base = base.base_constraint
