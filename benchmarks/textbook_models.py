@@ -384,11 +384,19 @@ LARGER_MODELS = {
 def _all_models():
     from classic_models import CLASSIC_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
+    from held_out_models import HELD_OUT_MODELS
     from probe_models import PROBE_MODELS
     from unseen_models import UNSEEN_MODELS
     from user_models import USER_MODELS
 
-    later = {**FRESH_MODELS, **UNSEEN_MODELS, **USER_MODELS, **PROBE_MODELS, **CLASSIC_MODELS}
+    later = {
+        **FRESH_MODELS,
+        **UNSEEN_MODELS,
+        **USER_MODELS,
+        **PROBE_MODELS,
+        **CLASSIC_MODELS,
+        **HELD_OUT_MODELS,
+    }
     return {**MODELS, **LARGER_MODELS, **later}
 
 

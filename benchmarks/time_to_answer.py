@@ -11,6 +11,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
+    python benchmarks/time_to_answer.py --held-out            # the twelve of held_out_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -245,6 +246,9 @@ def main(argv=None):
         "--classic", action="store_true", help="the nine of classic_models.py (without --models)"
     )
     parser.add_argument(
+        "--held-out", action="store_true", help="the twelve of held_out_models.py (without --models)"
+    )
+    parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -254,7 +258,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.classic:
+    if args.models is None and args.held_out:
+        from held_out_models import HELD_OUT_MODELS
+
+        args.models = list(HELD_OUT_MODELS)
+    elif args.models is None and args.classic:
         from classic_models import CLASSIC_MODELS
 
         args.models = list(CLASSIC_MODELS)
