@@ -27,7 +27,8 @@ optimum, and for a near-Gaussian one (a regression on many rows) the averaged it
 Carlo error falls by a large factor (:func:`path_entropy_correction`). For the gamma, beta and
 Dirichlet families (``g_corr != 0``) the same holds with G-REP applied to ``F = f - log q(z;
 stop(v))``, whose draws are zero where ``q`` is the posterior
-(:func:`standardized_entropy_path`).
+(:func:`standardized_entropy_path`); where the posterior is not in the family the step weighs
+that term per parameter by its variance-minimizing regression on the rest (:class:`PathWeights`).
 
 The correction's control variate (the baseline ``b_i`` subtracted from ``f_i``) is by default
 ``f_i`` at the variational means plus a running average, over the past steps' draws, of how far
@@ -72,6 +73,12 @@ __all__ = [
     "baseline_values",
     "standardized_entropy_path",
     "RunningBaseline",
+    "PathWeights",
+    "PATH_WEIGHT_DECAY",
+    "init_path_weights",
+    "path_weights",
+    "advance_path_weights",
+    "negative_log_q_at_means",
     "BASELINE_DECAY",
     "init_running_baseline",
     "advance_running_baseline",
@@ -153,6 +160,93 @@ def advance_running_baseline(
     return RunningBaseline(offset, square)
 
 
+PATH_WEIGHT_DECAY = 0.95  # the path weights' averages: about the last 20 steps
+
+
+class PathWeights(NamedTuple):
+    """The running state of G-REP with a per-parameter weight on the standardized families'
+    entropy path term (:func:`standardized_entropy_path`).
+
+    For a gamma, beta or Dirichlet latent the estimate is ``A + c * B``: ``A`` G-REP's estimate
+    with the analytic entropy gradient, ``B = grad_v [-log q(T(eps; v); stop(v))] - grad_v H``
+    with its ``g_corr`` term (mean zero: ``E_q[grad_v log q(z; v)] = 0``), so that ``c = 0`` is
+    the analytic entropy, ``c = 1`` the path derivative (Roeder et al. 2017) and any ``c`` that
+    does not depend on the step's draw is unbiased. Each parameter's ``c`` is the regression
+    of ``A`` on ``-B`` over the past steps' draws, the variance-minimizing weight::
+
+        c_j = clip(-E[A_j B_j] / E[B_j^2], 0, 1)
+
+    (``E``: averages over the draws with decay :data:`PATH_WEIGHT_DECAY`; ``c = 1`` before the
+    first draw). Where ``q`` is the element's posterior ``A = -B`` draw by draw and ``c = 1``
+    (the path term's zero-noise optimum); where the posterior is not in the family (a
+    horseshoe's half-Cauchy scales) the path term's noise need not cancel the model's, and
+    ``c`` falls toward the analytic entropy's 0.
+
+    ``baseline``: every latent's running offsets of ``f_i`` (:class:`RunningBaseline`);
+    ``entropy_baseline``: the standardized latents' offsets of ``-log q_i`` from its value at
+    the means, the baseline of ``B``'s ``g_corr`` weight. Tracked apart and shrunk alike, the
+    two offsets cancel where ``f_i - log q_i`` is constant, as their sum's would.
+    ``cross``, ``square``: the running ``E[A_j B_j]`` and ``E[B_j^2]``, shaped as the
+    standardized latents' parameters.
+    """
+
+    baseline: RunningBaseline
+    entropy_baseline: RunningBaseline
+    cross: dict
+    square: dict
+
+
+def _standardized(families: dict) -> dict:
+    return {name: family for name, family in families.items() if has_standardized_entropy_path(family)}
+
+
+def init_path_weights(families: dict, log_space: bool = False) -> PathWeights:
+    """The state before the first step: no offsets, ``c = 1``."""
+    standardized = _standardized(families)
+    zeros = {
+        name: jax.tree_util.tree_map(
+            lambda leaf: jnp.zeros(leaf.shape, jnp.float32), jax.eval_shape(family.init_params)
+        )
+        for name, family in standardized.items()
+    }
+    return PathWeights(init_running_baseline(families), init_running_baseline(standardized), zeros, zeros)
+
+
+def path_weights(state: PathWeights) -> dict:
+    """Each standardized latent parameter's weight ``c_j`` on the path term (:class:`PathWeights`)."""
+
+    def weight(cross, square):
+        return jnp.where(square > 0, jnp.clip(-cross / jnp.maximum(square, 1e-30), 0.0, 1.0), 1.0)
+
+    return jax.tree_util.tree_map(weight, state.cross, state.square)
+
+
+def advance_path_weights(state: PathWeights, statistics, decay: float = PATH_WEIGHT_DECAY) -> PathWeights:
+    """The state after a step whose draws gave ``statistics = (f offsets, -log q offsets,
+    A * B, B^2)`` (averaged over the step's draws). A non-finite product leaves its averages."""
+    f_offsets, q_offsets, cross, square = statistics
+
+    def average(old, value):
+        value = jnp.asarray(value, old.dtype)
+        return jnp.where(jnp.isfinite(value), decay * old + (1.0 - decay) * value, old)
+
+    def both(old_cross, old_square, new_cross, new_square):
+        finite = jnp.isfinite(new_cross) & jnp.isfinite(new_square)
+        return (
+            jnp.where(finite, average(old_cross, new_cross), old_cross),
+            jnp.where(finite, average(old_square, new_square), old_square),
+        )
+
+    pairs = jax.tree_util.tree_map(both, state.cross, state.square, cross, square)
+    is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
+    return PathWeights(
+        advance_running_baseline(state.baseline, f_offsets),
+        advance_running_baseline(state.entropy_baseline, q_offsets),
+        jax.tree_util.tree_map(lambda pair: pair[0], pairs, is_leaf=is_pair),
+        jax.tree_util.tree_map(lambda pair: pair[1], pairs, is_leaf=is_pair),
+    )
+
+
 def path_entropy_correction(params, eps, families: dict, location_hessian=None, covered=()):
     """A term whose gradient turns the analytic ``grad_v H`` of the Gaussian-based families
     into the path derivative of Roeder, Wu & Duvenaud (2017); its value is not used.
@@ -215,7 +309,9 @@ def has_standardized_entropy_path(family) -> bool:
     return isinstance(family, (Gamma, Beta, Dirichlet))
 
 
-def standardized_entropy_path(params, eps, latents, families: dict, log_space: bool, covered=()):
+def standardized_entropy_path(
+    params, eps, latents, families: dict, log_space: bool, covered=(), entropy_params=None
+):
     """The entropy's path derivative for the families with ``g_corr != 0``: a term whose
     gradient replaces their analytic ``grad_v H`` (its value is not used), and each latent's
     ``log q(z; stop(v))`` per element, subtracted from its local log joint in ``g_corr``.
@@ -235,7 +331,9 @@ def standardized_entropy_path(params, eps, latents, families: dict, log_space: b
 
     ``latents``: the draw as the target receives it; ``log q`` is evaluated at the draw in the
     log space of the support (``log z``, ``logit z``: :meth:`Family.log_space_transform`), where
-    a small shape's draw is not rounded to 0.
+    a small shape's draw is not rounded to 0. ``entropy_params``: a copy of ``params`` (the same
+    values) through which the term's draw and entropy are taken instead, so that the gradient
+    in it is the path term alone (:class:`PathWeights`).
     """
     names = set(covered)
     total = 0.0
@@ -243,11 +341,27 @@ def standardized_entropy_path(params, eps, latents, families: dict, log_space: b
     for name, family in families.items():
         if name in names or not has_standardized_entropy_path(family):
             continue
-        u = latents[name] if log_space else family.log_space_transform(params[name], eps[name])
-        log_q = family.log_prob_log_space(jax.lax.stop_gradient(params[name]), u)
+        if entropy_params is not None:
+            source = entropy_params[name]
+            u = family.log_space_transform(source, eps[name])
+        else:
+            source = params[name]
+            u = latents[name] if log_space else family.log_space_transform(source, eps[name])
+        log_q = family.log_prob_log_space(jax.lax.stop_gradient(source), u)
         own[name] = jax.lax.stop_gradient(log_q)
-        total = total - jnp.sum(log_q) - jnp.sum(family.entropy(params[name]))
+        total = total - jnp.sum(log_q) - jnp.sum(family.entropy(source))
     return total, own
+
+
+def negative_log_q_at_means(params, families: dict) -> dict:
+    """``-log q_i`` at the variational mean (in the log space of the support) of each latent
+    whose entropy gradient is :func:`standardized_entropy_path`'s: the baseline of its term."""
+    fixed = jax.lax.stop_gradient(params)
+    return {
+        name: -family.log_prob_log_space(fixed[name], family.log_space_mean(fixed[name]))
+        for name, family in families.items()
+        if has_standardized_entropy_path(family)
+    }
 
 
 def baseline_values(params, target: Target, sticking_the_landing: bool) -> dict:
@@ -256,12 +370,8 @@ def baseline_values(params, target: Target, sticking_the_landing: bool) -> dict:
     values = baseline_log_joints(params, target)
     if not sticking_the_landing:
         return values
-    fixed = jax.lax.stop_gradient(params)
-    for name, family in target.families.items():
-        if has_standardized_entropy_path(family):
-            at_mean = family.log_prob_log_space(fixed[name], family.log_space_mean(fixed[name]))
-            values = {**values, name: values[name] - at_mean}
-    return values
+    at_means = negative_log_q_at_means(params, target.families)
+    return {name: value + at_means[name] if name in at_means else value for name, value in values.items()}
 
 
 def grep_surrogate(
@@ -280,9 +390,18 @@ def grep_surrogate(
 
 
 def _surrogate_and_local(
-    params, eps, target: Target, baseline, sticking_the_landing, expansion=None, probe=None
+    params,
+    eps,
+    target: Target,
+    baseline,
+    sticking_the_landing,
+    expansion=None,
+    probe=None,
+    entropy_params=None,
+    entropy_baseline=None,
 ):
-    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` beside the ELBO.
+    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` (and ``log q_i(z)``
+    where :func:`standardized_entropy_path` applies) beside the ELBO.
 
     ``expansion``: the log joint's quadratic expansion
     (:mod:`grepvi.estimators.quadratic_control_variate`): the gradient is G-REP's of the
@@ -290,7 +409,13 @@ def _surrogate_and_local(
     gradient of ``E_q[f~]``, and the covered latents take the analytic entropy gradient (the
     expansion already cancels what the path derivative would). ``probe``: zeros added to
     those latents' inputs to the log joint, whose gradient is then the draw's input gradient
-    (``latents``, the inputs, is returned beside the local log joints)."""
+    (``latents``, the inputs, is returned beside the local log joints).
+
+    ``entropy_params`` (with ``sticking_the_landing``): a copy of ``params`` that carries the
+    standardized families' path term, its ``g_corr`` weight ``-log q_i - entropy_baseline_i``
+    apart from ``f_i - baseline_i``, so that the gradient in ``params`` is the estimate with the
+    analytic entropy and the one in ``entropy_params`` the path term's mean-zero difference
+    (:class:`PathWeights`)."""
     families = target.families
     latents = transform_all(params, eps, families, target.log_space)
     inputs = latents if probe is None else {**latents, **{n: latents[n] + probe[n] for n in probe}}
@@ -315,10 +440,20 @@ def _surrogate_and_local(
     if expansion is not None:
         mean_approx = quadratic_control_variate.expectation(expansion, params, families, target.log_space)
         correction = mean_approx - approx
+    own = {}
     if sticking_the_landing:
-        path, own = standardized_entropy_path(params, eps, latents, families, target.log_space, covered)
+        path, own = standardized_entropy_path(
+            params, eps, latents, families, target.log_space, covered, entropy_params
+        )
         correction = correction + path
-        local = {name: value - own[name] if name in own else value for name, value in local.items()}
+        if entropy_params is None:
+            local = {name: value - own[name] if name in own else value for name, value in local.items()}
+        else:
+            for name, log_q in own.items():
+                weight = -log_q - entropy_baseline[name]
+                weight = jnp.where(jnp.isfinite(weight), weight, -log_q)
+                score = families[name].log_prob_standardized(entropy_params[name], eps[name])
+                correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * score)
     for name, family in families.items():
         log_q_eps = family.log_prob_standardized(params[name], eps[name])
         weight = local[name] if baseline is None else local[name] - baseline[name]
@@ -330,7 +465,7 @@ def _surrogate_and_local(
             params, eps, uncovered, target.location_hessian, coupling.covered_locations(families)
         )
     elbo = log_joint + total_entropy(params, families)
-    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local, latents)
+    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local, latents, own)
 
 
 def average_gradient_variance(per_sample_grads):
@@ -416,8 +551,11 @@ def grep(
     ``sticking_the_landing``: the entropy gradient by its path derivative (Roeder et al. 2017;
     unbiased; default on): the Gaussian-based families' (:func:`path_entropy_correction`) and
     the gamma, beta and Dirichlet families' (:func:`standardized_entropy_path`, whose
-    ``g_corr`` then weighs ``f_i - log q_i``). ``baseline=False, sticking_the_landing=False``
-    is the paper's plain estimator.
+    ``g_corr`` then weighs ``f_i - log q_i``). With the running baseline the latter term is
+    weighed per parameter by the regression carried in :class:`PathWeights` (1 where ``q`` is
+    the posterior, toward 0 where its noise does not cancel the model's: the horseshoe's
+    default fit 20,650 -> 2,850 steps). ``baseline=False, sticking_the_landing=False`` is the
+    paper's plain estimator.
 
     ``control_variate``: ``"quadratic"`` subtracts a quadratic expansion of the log joint about
     ``q``'s input means, fitted to past draws, and adds its exact expected gradient
@@ -443,7 +581,7 @@ def grep(
 
     def single(rng_key, params, target, baseline_values=None):
         eps = sample_standardized(rng_key, params, target.families)
-        grad, (elbo, local, _) = jax.grad(_surrogate_and_local, has_aux=True)(
+        grad, (elbo, local, *_) = jax.grad(_surrogate_and_local, has_aux=True)(
             params, eps, target, baseline_values, stl
         )
         return grad, EstimateInfo(elbo=elbo, extras={}), local
@@ -457,7 +595,7 @@ def grep(
             name: jnp.zeros(families[name].shape, jax.tree_util.tree_leaves(params[name])[0].dtype)
             for name in expansion.names
         }
-        (grad, input_grad), (elbo, local, inputs) = jax.grad(
+        (grad, input_grad), (elbo, local, inputs, _) = jax.grad(
             _surrogate_and_local, argnums=(0, 6), has_aux=True
         )(params, eps, target, baseline_values, stl, expansion, probe)
         statistics = quadratic_control_variate.draw_statistics(
@@ -476,6 +614,36 @@ def grep(
         values = {name: at_means[name] + offsets[name] for name in at_means}
         grad, info, local = single(rng_key, params, target, values)
         return grad, info, {name: local[name] - at_means[name] for name in local}
+
+    def weighted_draw(rng_key, params, target, state):
+        """One draw of ``A + c B`` (:class:`PathWeights`) and what it tells the state."""
+        families = target.families
+        at_means = baseline_log_joints(params, target)
+        offsets = running_offsets(state.baseline)
+        values = {name: at_means[name] + offsets[name] for name in at_means}
+        q_at_means = negative_log_q_at_means(params, families)
+        q_offsets = running_offsets(state.entropy_baseline)
+        q_values = {name: q_at_means[name] + q_offsets[name] for name in q_at_means}
+        eps = sample_standardized(rng_key, params, families)
+        (analytic, path), (elbo, local, _, own) = jax.grad(
+            _surrogate_and_local, argnums=(0, 7), has_aux=True
+        )(params, eps, target, values, True, None, None, params, q_values)
+        weights = path_weights(state)
+        grad = {
+            name: jax.tree_util.tree_map(lambda a, b, c: a + c * b, value, path[name], weights[name])
+            if name in weights
+            else value
+            for name, value in analytic.items()
+        }
+        cross = {name: jax.tree_util.tree_map(jnp.multiply, analytic[name], path[name]) for name in weights}
+        square = {name: jax.tree_util.tree_map(jnp.square, path[name]) for name in weights}
+        statistics = (
+            {name: local[name] - at_means[name] for name in local},
+            {name: -own[name] - q_at_means[name] for name in own},
+            cross,
+            square,
+        )
+        return grad, EstimateInfo(elbo=elbo, extras={}), statistics
 
     def expanded_draw(rng_key, params, target, state):
         baseline_state, running = state
@@ -500,6 +668,12 @@ def grep(
             init=expanded_init,
             estimate=multi_sample_carried(expanded_draw, num_samples, compute_variance),
             advance=expanded_advance,
+        )
+    elif kind == "running" and stl:
+        carried = CarriedState(
+            init=init_path_weights,
+            estimate=multi_sample_carried(weighted_draw, num_samples, compute_variance),
+            advance=advance_path_weights,
         )
     elif kind == "running":
         carried = CarriedState(
