@@ -73,18 +73,22 @@ def _running(values: dict, spread: float = 0.0) -> RunningBaseline:
 PATH_WEIGHTS = [0.0, 0.3, 1.0, 0.7]  # per element: both ends and between
 
 
+def _weighted(state: grep_module.PathWeights, weights: dict) -> grep_module.PathWeights:
+    """``state`` with its regression moments set so that the path weights are ``weights``."""
+    cross = {name: -jnp.asarray(w, jnp.float32) for name, w in weights.items()}
+    zeros = {name: jnp.zeros_like(c) for name, c in cross.items()}
+    ones = {name: jnp.ones_like(c) for name, c in cross.items()}
+    return state._replace(slope_f=zeros, slope_q=zeros, square_q=ones, cross=cross)
+
+
 def _state(values: dict, weights=PATH_WEIGHTS, spread: float = 0.0) -> grep_module.PathWeights:
     """The default estimator's state: offsets ``values`` for ``f_i`` (and ``-values / 2`` for
     ``-log q_i``), path weights ``weights`` per element (:class:`PathWeights`)."""
     (name,) = values
-    weight = jnp.asarray(weights, jnp.float32)
-    leaves = {"rate": ("concentration", "mean"), "prob": ("concentration1", "concentration0")}[name]
-    return grep_module.PathWeights(
-        _running(values, spread),
-        _running({name: -0.5 * np.asarray(values[name])}, spread),
-        {name: {leaf: -weight for leaf in leaves}},
-        {name: {leaf: jnp.ones_like(weight) for leaf in leaves}},
+    state = grep_module.PathWeights(
+        _running(values, spread), _running({name: -0.5 * np.asarray(values[name])}, spread), {}, {}, {}, {}
     )
+    return _weighted(state, {name: weights})
 
 
 def _carried_draws(model, params, state, seed=0):
@@ -235,23 +239,30 @@ def test_the_path_weights_average_regress_and_clip():
     state = grep_module.init_path_weights(families)
     assert set(state.cross) == {"rate"}  # the standardized families only
     assert set(state.entropy_baseline.offset) == {"rate"} and set(state.baseline.offset) == {"rate", "z"}
-    for leaf in jax.tree_util.tree_leaves(grep_module.path_weights(state)):
-        np.testing.assert_array_equal(leaf, 1.0)  # the path derivative before the first draw
+    np.testing.assert_array_equal(grep_module.path_weights(state)["rate"], 1.0)  # before the first draw
 
-    def statistics(cross, square):
-        tree = lambda v: {"rate": {"concentration": jnp.asarray(v), "mean": jnp.asarray(v)}}  # noqa: E731
+    def statistics(slope_f, slope_q):
+        slope_f, slope_q = jnp.asarray(slope_f), jnp.asarray(slope_q)
         offsets = {"rate": jnp.zeros(3), "z": jnp.zeros(2)}
-        return offsets, {"rate": jnp.zeros(3)}, tree(cross), tree(square)
+        moments = ({"rate": slope_f}, {"rate": slope_q}, {"rate": slope_q**2}, {"rate": slope_f * slope_q})
+        return offsets, {"rate": jnp.zeros(3)}, moments
 
-    first = grep_module.advance_path_weights(state, statistics([-2.0, 1.0, -6.0], [4.0, 1.0, 4.0]), decay=0.5)
-    # c = clip(-E[AB] / E[B^2], 0, 1)
-    np.testing.assert_allclose(grep_module.path_weights(first)["rate"]["mean"], [0.5, 0.0, 1.0])
-    second = grep_module.advance_path_weights(
-        first, statistics([-2.0, jnp.nan, -1.0], [0.0, 1.0, 4.0]), decay=0.5
-    )
-    np.testing.assert_allclose(second.cross["rate"]["mean"], [-1.5, 0.5, -2.0])
-    np.testing.assert_allclose(second.square["rate"]["mean"], [1.0, 0.5, 3.0])  # a NaN: no change
-    np.testing.assert_allclose(grep_module.path_weights(second)["rate"]["mean"], [1.0, 0.0, 2 / 3], rtol=1e-6)
+    # c = clip(-Cov(y_f, y_q) / Var(y_q), 0, 1) over the decayed draws, written out in NumPy
+    draws = [([-2.0, 1.0, -6.0], [2.0, 1.0, 2.0]), ([0.0, np.nan, -1.0], [0.0, 3.0, 1.0])]
+    draws += [([1.0, 0.0, 0.5], [1.0, 3.0, 3.0]), ([-3.0, -1.0, 0.0], [3.0, 2.0, 1.0])]
+    moments = np.zeros((4, 3))  # E[y_f], E[y_q], E[y_q^2], E[y_f y_q]
+    for slope_f, slope_q in draws:
+        state = grep_module.advance_path_weights(state, statistics(slope_f, slope_q), decay=0.5)
+        f, q = np.asarray(slope_f), np.asarray(slope_q)
+        new = np.stack([f, q, q**2, f * q])
+        finite = np.all(np.isfinite(new), axis=0)  # a NaN: the element's averages unchanged
+        moments = np.where(finite, 0.5 * moments + 0.5 * new, moments)
+    for name, row in (("slope_f", 0), ("slope_q", 1), ("square_q", 2), ("cross", 3)):
+        np.testing.assert_allclose(getattr(state, name)["rate"], moments[row], rtol=1e-6)
+    variance = moments[2] - moments[1] ** 2
+    expected = np.where(variance > 0, np.clip(-(moments[3] - moments[0] * moments[1]) / variance, 0, 1), 1)
+    np.testing.assert_allclose(grep_module.path_weights(state)["rate"], expected, rtol=1e-5)
+    assert 0 < expected[1] < 1 and expected[0] == 1 and expected[2] == 0, expected  # between and both ends
 
 
 def _half_cauchy_poisson():
@@ -275,27 +286,29 @@ def _half_cauchy_poisson():
     return target, params
 
 
-def test_the_path_weights_keep_each_parameter_at_the_lower_variance():
-    """Where ``q`` is not the posterior neither end is best for every parameter: with the
-    state warmed over 500 steps at fixed ``q``, each parameter's per-draw variance is at most
-    5% above the lower of the analytic entropy's (``c = 0``) and the path derivative's
-    (``c = 1``), over 20,000 draws, and below the higher one's where they differ by 2x."""
+def test_the_path_weights_keep_each_element_near_the_lower_variance():
+    """Where ``q`` is not the posterior neither end need be best: with the state warmed over
+    500 steps at fixed ``q``, each element's per-draw gradient variance (summed over its two
+    parameters, 20,000 draws) is at most 10% above the lower of the analytic entropy's (``c =
+    0``) and the path derivative's (``c = 1``), and below the higher one's where they differ by
+    2x."""
     target, params = _half_cauchy_poisson()
     estimator = get_estimator("grep")
     warmed = _warmed_state(estimator.carried, target, params, steps=500)
 
-    def fixed(c):
-        ones = jax.tree_util.tree_map(jnp.ones_like, warmed.square)
-        return warmed._replace(cross=jax.tree_util.tree_map(lambda x: -c * x, ones), square=ones)
-
     def variances(state):
-        draw = lambda key: _flat(estimator.carried.estimate(key, params, target, state)[0])  # noqa: E731
+        draw = lambda key: estimator.carried.estimate(key, params, target, state)[0]["rate"]  # noqa: E731
         keys = jax.random.split(jax.random.key(11), 20_000)
-        return np.var(np.asarray(jax.jit(jax.vmap(draw))(keys), np.float64), axis=0, ddof=1)
+        grads = jax.jit(jax.vmap(draw))(keys)
+        return sum(
+            np.var(np.asarray(leaf, np.float64), axis=0, ddof=1) for leaf in jax.tree_util.tree_leaves(grads)
+        )
 
-    weighted, analytic, path = variances(warmed), variances(fixed(0.0)), variances(fixed(1.0))
+    weighted = variances(warmed)
+    analytic = variances(_weighted(warmed, {"rate": jnp.zeros(4)}))
+    path = variances(_weighted(warmed, {"rate": jnp.ones(4)}))
     lower, higher = np.minimum(analytic, path), np.maximum(analytic, path)
-    assert np.all(weighted <= 1.05 * lower), (weighted, analytic, path)
+    assert np.all(weighted <= 1.1 * lower), (weighted, analytic, path)
     apart = higher > 2 * lower
     assert apart.any() and np.all(weighted[apart] < 0.6 * higher[apart]), (weighted, analytic, path)
 

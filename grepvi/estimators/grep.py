@@ -74,7 +74,6 @@ __all__ = [
     "standardized_entropy_path",
     "RunningBaseline",
     "PathWeights",
-    "PATH_WEIGHT_DECAY",
     "init_path_weights",
     "path_weights",
     "advance_path_weights",
@@ -160,40 +159,43 @@ def advance_running_baseline(
     return RunningBaseline(offset, square)
 
 
-PATH_WEIGHT_DECAY = 0.95  # the path weights' averages: about the last 20 steps
-
-
 class PathWeights(NamedTuple):
-    """The running state of G-REP with a per-parameter weight on the standardized families'
+    """The running state of G-REP with a weight per element on the standardized families'
     entropy path term (:func:`standardized_entropy_path`).
 
-    For a gamma, beta or Dirichlet latent the estimate is ``A + c * B``: ``A`` G-REP's estimate
-    with the analytic entropy gradient, ``B = grad_v [-log q(T(eps; v); stop(v))] - grad_v H``
-    with its ``g_corr`` term (mean zero: ``E_q[grad_v log q(z; v)] = 0``), so that ``c = 0`` is
-    the analytic entropy, ``c = 1`` the path derivative (Roeder et al. 2017) and any ``c`` that
-    does not depend on the step's draw is unbiased. Each parameter's ``c`` is the regression
-    of ``A`` on ``-B`` over the past steps' draws, the variance-minimizing weight::
+    For a gamma, beta or Dirichlet element ``i`` the estimate is G-REP's of ``F_i = f_i - c_i
+    log q_i(z; stop(v))`` with ``1 - c_i`` of the analytic entropy gradient: ``c = 0`` is the
+    analytic entropy, ``c = 1`` the path derivative (Roeder et al. 2017), and any ``c`` that
+    does not read the step's draw is unbiased (``E_q[grad_v log q(z; v)] = 0``). The weight is
+    the regression, over the past steps' draws, of the model's input gradient ``y_f = d f /
+    d x_i`` on the path term's ``y_q = d (-log q_i) / d x_i`` (``x``: the element's input to
+    the log joint, ``log z`` in log space)::
 
-        c_j = clip(-E[A_j B_j] / E[B_j^2], 0, 1)
+        c_i = clip(-Cov(y_f, y_q) / Var(y_q), 0, 1)
 
-    (``E``: averages over the draws with decay :data:`PATH_WEIGHT_DECAY`; ``c = 1`` before the
-    first draw). Where ``q`` is the element's posterior ``A = -B`` draw by draw and ``c = 1``
-    (the path term's zero-noise optimum); where the posterior is not in the family (a
-    horseshoe's half-Cauchy scales) the path term's noise need not cancel the model's, and
-    ``c`` falls toward the analytic entropy's 0.
+    the ``c`` that leaves ``d F_i / d x_i``, which ``g_rep`` carries through ``T``, the least
+    variance (the running moments decay as :class:`RunningBaseline`'s, :data:`BASELINE_DECAY`;
+    ``c = 1`` before the first draw). Where ``q`` is the element's posterior ``f_i = log q_i +
+    const``, ``y_f = -y_q`` and ``c_i = 1`` (the path term's zero-noise optimum); where the
+    posterior is far from the family (a horseshoe's half-Cauchy scales) ``c`` falls toward the
+    analytic entropy's 0. (Regressing ``f_i`` on ``log q_i`` instead, ``g_corr``'s weight, put
+    every horseshoe weight at 1.)
 
-    ``baseline``: every latent's running offsets of ``f_i`` (:class:`RunningBaseline`);
-    ``entropy_baseline``: the standardized latents' offsets of ``-log q_i`` from its value at
-    the means, the baseline of ``B``'s ``g_corr`` weight. Tracked apart and shrunk alike, the
-    two offsets cancel where ``f_i - log q_i`` is constant, as their sum's would.
-    ``cross``, ``square``: the running ``E[A_j B_j]`` and ``E[B_j^2]``, shaped as the
-    standardized latents' parameters.
+    ``baseline``: every latent's running offsets ``d_f = f_i - f_i(means)``
+    (:class:`RunningBaseline`); ``entropy_baseline``: the standardized latents' offsets ``d_q =
+    -log q_i - (-log q_i(means))``: the baseline of ``F_i`` is ``F_i(means)`` plus the two
+    offsets (``d_q``'s times ``c_i``), each shrunk by its noise; where ``f_i - log q_i`` is
+    constant they cancel, as their sum's would. ``slope_f``, ``slope_q``: running means of
+    ``y_f`` and ``y_q``; ``square_q``: of ``y_q^2``; ``cross``: of ``y_f y_q``, shaped as the
+    latents (a Dirichlet's summed over its components).
     """
 
     baseline: RunningBaseline
     entropy_baseline: RunningBaseline
+    slope_f: dict
+    slope_q: dict
+    square_q: dict
     cross: dict
-    square: dict
 
 
 def _standardized(families: dict) -> dict:
@@ -203,47 +205,43 @@ def _standardized(families: dict) -> dict:
 def init_path_weights(families: dict, log_space: bool = False) -> PathWeights:
     """The state before the first step: no offsets, ``c = 1``."""
     standardized = _standardized(families)
-    zeros = {
-        name: jax.tree_util.tree_map(
-            lambda leaf: jnp.zeros(leaf.shape, jnp.float32), jax.eval_shape(family.init_params)
-        )
-        for name, family in standardized.items()
-    }
-    return PathWeights(init_running_baseline(families), init_running_baseline(standardized), zeros, zeros)
+    zeros = {name: jnp.zeros(family.shape, jnp.float32) for name, family in standardized.items()}
+    return PathWeights(
+        init_running_baseline(families), init_running_baseline(standardized), zeros, zeros, zeros, zeros
+    )
 
 
 def path_weights(state: PathWeights) -> dict:
-    """Each standardized latent parameter's weight ``c_j`` on the path term (:class:`PathWeights`)."""
+    """Each standardized latent element's weight ``c_i`` on the path term (:class:`PathWeights`):
+    ``-Cov(y_f, y_q) / Var(y_q)``, clipped to ``[0, 1]``; 1 where ``y_q`` has not varied."""
+    weights = {}
+    for name, cross in state.cross.items():
+        mean_f, mean_q = state.slope_f[name], state.slope_q[name]
+        variance = state.square_q[name] - mean_q**2
+        covariance = cross - mean_f * mean_q
+        event = tuple(range(jnp.ndim(state.baseline.offset[name]), jnp.ndim(cross)))  # a Dirichlet's
+        variance, covariance = jnp.sum(variance, axis=event), jnp.sum(covariance, axis=event)
+        ratio = -covariance / jnp.maximum(variance, 1e-30)
+        weights[name] = jnp.where(variance > 0, jnp.clip(ratio, 0.0, 1.0), 1.0)
+    return weights
 
-    def weight(cross, square):
-        return jnp.where(square > 0, jnp.clip(-cross / jnp.maximum(square, 1e-30), 0.0, 1.0), 1.0)
 
-    return jax.tree_util.tree_map(weight, state.cross, state.square)
-
-
-def advance_path_weights(state: PathWeights, statistics, decay: float = PATH_WEIGHT_DECAY) -> PathWeights:
-    """The state after a step whose draws gave ``statistics = (f offsets, -log q offsets,
-    A * B, B^2)`` (averaged over the step's draws). A non-finite product leaves its averages."""
-    f_offsets, q_offsets, cross, square = statistics
-
-    def average(old, value):
-        value = jnp.asarray(value, old.dtype)
-        return jnp.where(jnp.isfinite(value), decay * old + (1.0 - decay) * value, old)
-
-    def both(old_cross, old_square, new_cross, new_square):
-        finite = jnp.isfinite(new_cross) & jnp.isfinite(new_square)
-        return (
-            jnp.where(finite, average(old_cross, new_cross), old_cross),
-            jnp.where(finite, average(old_square, new_square), old_square),
-        )
-
-    pairs = jax.tree_util.tree_map(both, state.cross, state.square, cross, square)
-    is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
+def advance_path_weights(state: PathWeights, statistics, decay: float = BASELINE_DECAY) -> PathWeights:
+    """The state after a step whose draws gave ``statistics = (d_f, d_q, y_f, y_q)`` (their
+    offsets and slopes; products averaged over the step's draws as ``(y_q^2, y_f y_q)``), every
+    average with the same ``decay``. A non-finite slope leaves the element's slope averages."""
+    f_offsets, q_offsets, (slope_f, slope_q, square_q, cross) = statistics
+    moments = (state.slope_f, state.slope_q, state.square_q, state.cross)
+    new = tuple({} for _ in moments)
+    for name in state.cross:
+        values = [jnp.asarray(v[name], state.cross[name].dtype) for v in (slope_f, slope_q, square_q, cross)]
+        finite = jnp.all(jnp.stack([jnp.isfinite(v) for v in values]), axis=0)
+        for target, old, value in zip(new, moments, values, strict=True):
+            target[name] = jnp.where(finite, decay * old[name] + (1.0 - decay) * value, old[name])
     return PathWeights(
-        advance_running_baseline(state.baseline, f_offsets),
-        advance_running_baseline(state.entropy_baseline, q_offsets),
-        jax.tree_util.tree_map(lambda pair: pair[0], pairs, is_leaf=is_pair),
-        jax.tree_util.tree_map(lambda pair: pair[1], pairs, is_leaf=is_pair),
+        advance_running_baseline(state.baseline, f_offsets, decay),
+        advance_running_baseline(state.entropy_baseline, q_offsets, decay),
+        *new,
     )
 
 
@@ -310,7 +308,7 @@ def has_standardized_entropy_path(family) -> bool:
 
 
 def standardized_entropy_path(
-    params, eps, latents, families: dict, log_space: bool, covered=(), entropy_params=None
+    params, eps, latents, families: dict, log_space: bool, covered=(), path_weights=None
 ):
     """The entropy's path derivative for the families with ``g_corr != 0``: a term whose
     gradient replaces their analytic ``grad_v H`` (its value is not used), and each latent's
@@ -331,9 +329,9 @@ def standardized_entropy_path(
 
     ``latents``: the draw as the target receives it; ``log q`` is evaluated at the draw in the
     log space of the support (``log z``, ``logit z``: :meth:`Family.log_space_transform`), where
-    a small shape's draw is not rounded to 0. ``entropy_params``: a copy of ``params`` (the same
-    values) through which the term's draw and entropy are taken instead, so that the gradient
-    in it is the path term alone (:class:`PathWeights`).
+    a small shape's draw is not rounded to 0. ``path_weights``: per latent, each element's
+    weight ``c_i`` on the term (``F_i = f_i - c_i log q_i``; the analytic entropy's gradient
+    keeps ``1 - c_i``: :class:`PathWeights`); the ``log q_i`` returned are unweighted.
     """
     names = set(covered)
     total = 0.0
@@ -341,15 +339,13 @@ def standardized_entropy_path(
     for name, family in families.items():
         if name in names or not has_standardized_entropy_path(family):
             continue
-        if entropy_params is not None:
-            source = entropy_params[name]
-            u = family.log_space_transform(source, eps[name])
-        else:
-            source = params[name]
-            u = latents[name] if log_space else family.log_space_transform(source, eps[name])
-        log_q = family.log_prob_log_space(jax.lax.stop_gradient(source), u)
+        u = latents[name] if log_space else family.log_space_transform(params[name], eps[name])
+        log_q = family.log_prob_log_space(jax.lax.stop_gradient(params[name]), u)
+        term = -log_q - family.entropy(params[name])
+        if path_weights is not None:
+            term = jax.lax.stop_gradient(path_weights[name]) * term
         own[name] = jax.lax.stop_gradient(log_q)
-        total = total - jnp.sum(log_q) - jnp.sum(family.entropy(source))
+        total = total + jnp.sum(term)
     return total, own
 
 
@@ -397,11 +393,9 @@ def _surrogate_and_local(
     sticking_the_landing,
     expansion=None,
     probe=None,
-    entropy_params=None,
-    entropy_baseline=None,
+    path_weights=None,
 ):
-    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` (and ``log q_i(z)``
-    where :func:`standardized_entropy_path` applies) beside the ELBO.
+    """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` beside the ELBO.
 
     ``expansion``: the log joint's quadratic expansion
     (:mod:`grepvi.estimators.quadratic_control_variate`): the gradient is G-REP's of the
@@ -409,13 +403,10 @@ def _surrogate_and_local(
     gradient of ``E_q[f~]``, and the covered latents take the analytic entropy gradient (the
     expansion already cancels what the path derivative would). ``probe``: zeros added to
     those latents' inputs to the log joint, whose gradient is then the draw's input gradient
-    (``latents``, the inputs, is returned beside the local log joints).
-
-    ``entropy_params`` (with ``sticking_the_landing``): a copy of ``params`` that carries the
-    standardized families' path term, its ``g_corr`` weight ``-log q_i - entropy_baseline_i``
-    apart from ``f_i - baseline_i``, so that the gradient in ``params`` is the estimate with the
-    analytic entropy and the one in ``entropy_params`` the path term's mean-zero difference
-    (:class:`PathWeights`)."""
+    (``latents``, the inputs, is returned beside the local log joints). ``path_weights`` (with
+    ``sticking_the_landing``): the standardized latents' weights on the entropy's path term
+    (:func:`standardized_entropy_path`, :class:`PathWeights`; 1 without). The local log joints
+    returned are ``f_i`` alone, and the draw's ``log q_i(z)`` beside them."""
     families = target.families
     latents = transform_all(params, eps, families, target.log_space)
     inputs = latents if probe is None else {**latents, **{n: latents[n] + probe[n] for n in probe}}
@@ -441,23 +432,18 @@ def _surrogate_and_local(
         mean_approx = quadratic_control_variate.expectation(expansion, params, families, target.log_space)
         correction = mean_approx - approx
     own = {}
+    weights = local
     if sticking_the_landing:
         path, own = standardized_entropy_path(
-            params, eps, latents, families, target.log_space, covered, entropy_params
+            params, eps, latents, families, target.log_space, covered, path_weights
         )
         correction = correction + path
-        if entropy_params is None:
-            local = {name: value - own[name] if name in own else value for name, value in local.items()}
-        else:
-            for name, log_q in own.items():
-                weight = -log_q - entropy_baseline[name]
-                weight = jnp.where(jnp.isfinite(weight), weight, -log_q)
-                score = families[name].log_prob_standardized(entropy_params[name], eps[name])
-                correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * score)
+        scaled = own if path_weights is None else {name: path_weights[name] * own[name] for name in own}
+        weights = {name: value - scaled[name] if name in own else value for name, value in local.items()}
     for name, family in families.items():
         log_q_eps = family.log_prob_standardized(params[name], eps[name])
-        weight = local[name] if baseline is None else local[name] - baseline[name]
-        weight = jnp.where(jnp.isfinite(weight), weight, local[name])
+        weight = weights[name] if baseline is None else weights[name] - baseline[name]
+        weight = jnp.where(jnp.isfinite(weight), weight, weights[name])
         correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * log_q_eps)
     if sticking_the_landing:
         uncovered = {name: family for name, family in families.items() if name not in covered}
@@ -595,12 +581,13 @@ def grep(
             name: jnp.zeros(families[name].shape, jax.tree_util.tree_leaves(params[name])[0].dtype)
             for name in expansion.names
         }
-        (grad, input_grad), (elbo, local, inputs, _) = jax.grad(
+        (grad, input_grad), (elbo, local, inputs, own) = jax.grad(
             _surrogate_and_local, argnums=(0, 6), has_aux=True
         )(params, eps, target, baseline_values, stl, expansion, probe)
         statistics = quadratic_control_variate.draw_statistics(
             expansion, input_grad, inputs, params, families, log_space
         )
+        local = {name: value - own[name] if name in own else value for name, value in local.items()}
         return grad, EstimateInfo(elbo=elbo, extras={}), local, statistics
 
     def estimate(rng_key, params, target):
@@ -616,34 +603,45 @@ def grep(
         return grad, info, {name: local[name] - at_means[name] for name in local}
 
     def weighted_draw(rng_key, params, target, state):
-        """One draw of ``A + c B`` (:class:`PathWeights`) and what it tells the state."""
-        families = target.families
+        """One draw with the path term weighted per element (:class:`PathWeights`), and what it
+        tells the state."""
+        families, log_space = target.families, target.log_space
+        weights = path_weights(state)
         at_means = baseline_log_joints(params, target)
         offsets = running_offsets(state.baseline)
-        values = {name: at_means[name] + offsets[name] for name in at_means}
         q_at_means = negative_log_q_at_means(params, families)
         q_offsets = running_offsets(state.entropy_baseline)
-        q_values = {name: q_at_means[name] + q_offsets[name] for name in q_at_means}
-        eps = sample_standardized(rng_key, params, families)
-        (analytic, path), (elbo, local, _, own) = jax.grad(
-            _surrogate_and_local, argnums=(0, 7), has_aux=True
-        )(params, eps, target, values, True, None, None, params, q_values)
-        weights = path_weights(state)
-        grad = {
-            name: jax.tree_util.tree_map(lambda a, b, c: a + c * b, value, path[name], weights[name])
+        values = {
+            name: value + offsets[name] + (weights[name] * (q_at_means[name] + q_offsets[name]))
             if name in weights
-            else value
-            for name, value in analytic.items()
+            else value + offsets[name]
+            for name, value in at_means.items()
         }
-        cross = {name: jax.tree_util.tree_map(jnp.multiply, analytic[name], path[name]) for name in weights}
-        square = {name: jax.tree_util.tree_map(jnp.square, path[name]) for name in weights}
-        statistics = (
-            {name: local[name] - at_means[name] for name in local},
-            {name: -own[name] - q_at_means[name] for name in own},
-            cross,
-            square,
+        eps = sample_standardized(rng_key, params, families)
+        probe = {
+            name: jnp.zeros_like(state.cross[name], jax.tree_util.tree_leaves(params[name])[0].dtype)
+            for name in weights
+        }
+        (grad, slope_f), (elbo, local, inputs, own) = jax.grad(
+            _surrogate_and_local, argnums=(0, 6), has_aux=True
+        )(params, eps, target, values, True, None, probe, weights)
+        fixed = jax.lax.stop_gradient(params)
+
+        def negative_log_q(name):
+            family = families[name]
+            density = family.log_prob_log_space if log_space else family.log_prob
+            return lambda x: -jnp.sum(density(fixed[name], x))
+
+        slope_q = {name: jax.grad(negative_log_q(name))(inputs[name]) for name in weights}
+        f_offsets = {name: local[name] - at_means[name] for name in local}
+        q_draws = {name: -own[name] - q_at_means[name] for name in own}
+        slopes = (
+            slope_f,
+            slope_q,
+            {name: slope_q[name] ** 2 for name in weights},
+            {name: slope_f[name] * slope_q[name] for name in weights},
         )
-        return grad, EstimateInfo(elbo=elbo, extras={}), statistics
+        return grad, EstimateInfo(elbo=elbo, extras={}), (f_offsets, q_draws, slopes)
 
     def expanded_draw(rng_key, params, target, state):
         baseline_state, running = state
