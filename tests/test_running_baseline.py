@@ -24,7 +24,6 @@ from grepvi import numerics, testing
 from grepvi.errors import ConfigError
 from grepvi.estimators import get_estimator
 from grepvi.estimators.base import sample_standardized, transform_all
-from grepvi.families import Gamma, Normal
 from grepvi.target import Target
 
 grep_module = importlib.import_module("grepvi.estimators.grep")  # the package exports grep()
@@ -62,33 +61,11 @@ def _flat(tree):
     return jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree_util.tree_leaves(tree)])
 
 
-def _running(values: dict, spread: float = 0.0) -> RunningBaseline:
-    """A running baseline whose shrunk offsets are ``values`` (``spread``: the draws' variance
-    it saw)."""
+def _state(values: dict, spread: float = 0.0) -> RunningBaseline:
+    """A state whose shrunk offsets are ``values`` (``spread``: the draws' variance it saw)."""
     offset = {name: jnp.asarray(v, jnp.float32) for name, v in values.items()}
     square = {name: v**2 + spread for name, v in offset.items()}
     return RunningBaseline(offset, square)
-
-
-PATH_WEIGHTS = [0.0, 0.3, 1.0, 0.7]  # per element: both ends and between
-
-
-def _weighted(state: grep_module.PathWeights, weights: dict) -> grep_module.PathWeights:
-    """``state`` with its regression moments set so that the path weights are ``weights``."""
-    cross = {name: -jnp.asarray(w, jnp.float32) for name, w in weights.items()}
-    zeros = {name: jnp.zeros_like(c) for name, c in cross.items()}
-    ones = {name: jnp.ones_like(c) for name, c in cross.items()}
-    return state._replace(slope_f=zeros, slope_q=zeros, square_q=ones, cross=cross)
-
-
-def _state(values: dict, weights=PATH_WEIGHTS, spread: float = 0.0) -> grep_module.PathWeights:
-    """The default estimator's state: offsets ``values`` for ``f_i`` (and ``-values / 2`` for
-    ``-log q_i``), path weights ``weights`` per element (:class:`PathWeights`)."""
-    (name,) = values
-    state = grep_module.PathWeights(
-        _running(values, spread), _running({name: -0.5 * np.asarray(values[name])}, spread), {}, {}, {}, {}
-    )
-    return _weighted(state, {name: weights})
 
 
 def _carried_draws(model, params, state, seed=0):
@@ -230,87 +207,8 @@ def test_the_average_and_its_shrinkage():
     for value, offset, square in zip(np.asarray(shrunk), [1.5, 0.5, -1.0], [3.0, 0.5, 4.0], strict=True):
         noise = (square - offset**2) / 3.0
         np.testing.assert_allclose(value, offset * offset**2 / (offset**2 + noise), rtol=1e-6)
-    exact = _running({"a": [3.0, -2.0, 0.0]})  # no spread: the offsets themselves
+    exact = _state({"a": [3.0, -2.0, 0.0]})  # no spread: the offsets themselves
     np.testing.assert_allclose(grep_module.running_offsets(exact)["a"], [3.0, -2.0, 0.0])
-
-
-def test_the_path_weights_average_regress_and_clip():
-    families = {"rate": Gamma(shape=(3,)), "z": Normal(shape=(2,))}
-    state = grep_module.init_path_weights(families)
-    assert set(state.cross) == {"rate"}  # the standardized families only
-    assert set(state.entropy_baseline.offset) == {"rate"} and set(state.baseline.offset) == {"rate", "z"}
-    np.testing.assert_array_equal(grep_module.path_weights(state)["rate"], 1.0)  # before the first draw
-
-    def statistics(slope_f, slope_q):
-        slope_f, slope_q = jnp.asarray(slope_f), jnp.asarray(slope_q)
-        offsets = {"rate": jnp.zeros(3), "z": jnp.zeros(2)}
-        moments = ({"rate": slope_f}, {"rate": slope_q}, {"rate": slope_q**2}, {"rate": slope_f * slope_q})
-        return offsets, {"rate": jnp.zeros(3)}, moments
-
-    # c = clip(-Cov(y_f, y_q) / Var(y_q), 0, 1) over the decayed draws, written out in NumPy
-    draws = [([-2.0, 1.0, -6.0], [2.0, 1.0, 2.0]), ([0.0, np.nan, -1.0], [0.0, 3.0, 1.0])]
-    draws += [([1.0, 0.0, 0.5], [1.0, 3.0, 3.0]), ([-3.0, -1.0, 0.0], [3.0, 2.0, 1.0])]
-    moments = np.zeros((4, 3))  # E[y_f], E[y_q], E[y_q^2], E[y_f y_q]
-    for slope_f, slope_q in draws:
-        state = grep_module.advance_path_weights(state, statistics(slope_f, slope_q), decay=0.5)
-        f, q = np.asarray(slope_f), np.asarray(slope_q)
-        new = np.stack([f, q, q**2, f * q])
-        finite = np.all(np.isfinite(new), axis=0)  # a NaN: the element's averages unchanged
-        moments = np.where(finite, 0.5 * moments + 0.5 * new, moments)
-    for name, row in (("slope_f", 0), ("slope_q", 1), ("square_q", 2), ("cross", 3)):
-        np.testing.assert_allclose(getattr(state, name)["rate"], moments[row], rtol=1e-6)
-    variance = moments[2] - moments[1] ** 2
-    expected = np.where(variance > 0, np.clip(-(moments[3] - moments[0] * moments[1]) / variance, 0, 1), 1)
-    np.testing.assert_allclose(grep_module.path_weights(state)["rate"], expected, rtol=1e-5)
-    assert 0 < expected[1] < 1 and expected[0] == 1 and expected[2] == 0, expected  # between and both ends
-
-
-def _half_cauchy_poisson():
-    """Four rates ``z_i ~ HalfCauchy(1)``, ``k_i ~ Poisson(3 z_i)`` (counts 0, 1, 4, 12) under
-    a gamma ``q``: the posterior ``z^k e^{-3 z} / (1 + z^2)`` is not a gamma."""
-    counts = jnp.asarray([0.0, 1.0, 4.0, 12.0])
-
-    def local(z):
-        log_rate = z["rate"]
-        rate = jnp.exp(log_rate)
-        return {"rate": -jnp.log1p(rate**2) + counts * log_rate - 3.0 * rate + log_rate}
-
-    target = Target(lambda z: jnp.sum(local(z)["rate"]), {"rate": Gamma(shape=(4,))}, local, log_space=True)
-    inverse = numerics.inverse_softplus
-    params = {
-        "rate": {
-            "concentration": inverse(jnp.asarray([0.8, 1.5, 4.0, 10.0])),
-            "mean": inverse(jnp.asarray([0.25, 0.5, 1.4, 4.0])),
-        }
-    }
-    return target, params
-
-
-def test_the_path_weights_keep_each_element_near_the_lower_variance():
-    """Where ``q`` is not the posterior neither end need be best: with the state warmed over
-    500 steps at fixed ``q``, each element's per-draw gradient variance (summed over its two
-    parameters, 20,000 draws) is at most 10% above the lower of the analytic entropy's (``c =
-    0``) and the path derivative's (``c = 1``), and below the higher one's where they differ by
-    2x."""
-    target, params = _half_cauchy_poisson()
-    estimator = get_estimator("grep")
-    warmed = _warmed_state(estimator.carried, target, params, steps=500)
-
-    def variances(state):
-        draw = lambda key: estimator.carried.estimate(key, params, target, state)[0]["rate"]  # noqa: E731
-        keys = jax.random.split(jax.random.key(11), 20_000)
-        grads = jax.jit(jax.vmap(draw))(keys)
-        return sum(
-            np.var(np.asarray(leaf, np.float64), axis=0, ddof=1) for leaf in jax.tree_util.tree_leaves(grads)
-        )
-
-    weighted = variances(warmed)
-    analytic = variances(_weighted(warmed, {"rate": jnp.zeros(4)}))
-    path = variances(_weighted(warmed, {"rate": jnp.ones(4)}))
-    lower, higher = np.minimum(analytic, path), np.maximum(analytic, path)
-    assert np.all(weighted <= 1.1 * lower), (weighted, analytic, path)
-    apart = higher > 2 * lower
-    assert apart.any() and np.all(weighted[apart] < 0.6 * higher[apart]), (weighted, analytic, path)
 
 
 def test_the_baseline_options():
@@ -334,10 +232,5 @@ def test_a_default_fit_carries_the_running_baseline_in_its_run_state():
     )
     assert result.converged
     state = result.run_state.loop.estimator_state
-    assert isinstance(state, grep_module.PathWeights)
-    assert np.all(np.abs(np.asarray(state.baseline.offset["rate"])) > 0)
-    assert np.all(np.abs(np.asarray(state.entropy_baseline.offset["rate"])) > 0)
-    # q is the posterior of each rate (conjugate): the path term cancels the model's noise
-    weights = grep_module.path_weights(state)["rate"]
-    for leaf in jax.tree_util.tree_leaves(weights):
-        np.testing.assert_allclose(np.asarray(leaf), 1.0, atol=1e-3)
+    assert isinstance(state, RunningBaseline)
+    assert np.all(np.abs(np.asarray(state.offset["rate"])) > 0)

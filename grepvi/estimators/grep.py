@@ -27,8 +27,7 @@ optimum, and for a near-Gaussian one (a regression on many rows) the averaged it
 Carlo error falls by a large factor (:func:`path_entropy_correction`). For the gamma, beta and
 Dirichlet families (``g_corr != 0``) the same holds with G-REP applied to ``F = f - log q(z;
 stop(v))``, whose draws are zero where ``q`` is the posterior
-(:func:`standardized_entropy_path`); where the posterior is not in the family the step weighs
-that term per parameter by its variance-minimizing regression on the rest (:class:`PathWeights`).
+(:func:`standardized_entropy_path`).
 
 The correction's control variate (the baseline ``b_i`` subtracted from ``f_i``) is by default
 ``f_i`` at the variational means plus a running average, over the past steps' draws, of how far
@@ -73,11 +72,6 @@ __all__ = [
     "baseline_values",
     "standardized_entropy_path",
     "RunningBaseline",
-    "PathWeights",
-    "init_path_weights",
-    "path_weights",
-    "advance_path_weights",
-    "negative_log_q_at_means",
     "BASELINE_DECAY",
     "init_running_baseline",
     "advance_running_baseline",
@@ -159,92 +153,6 @@ def advance_running_baseline(
     return RunningBaseline(offset, square)
 
 
-class PathWeights(NamedTuple):
-    """The running state of G-REP with a weight per element on the standardized families'
-    entropy path term (:func:`standardized_entropy_path`).
-
-    For a gamma, beta or Dirichlet element ``i`` the estimate is G-REP's of ``F_i = f_i - c_i
-    log q_i(z; stop(v))`` with ``1 - c_i`` of the analytic entropy gradient: ``c = 0`` is the
-    analytic entropy, ``c = 1`` the path derivative (Roeder et al. 2017), and any ``c`` that
-    does not read the step's draw is unbiased (``E_q[grad_v log q(z; v)] = 0``). The weight is
-    the regression, over the past steps' draws, of the model's input gradient ``y_f = d f /
-    d x_i`` on the path term's ``y_q = d (-log q_i) / d x_i`` (``x``: the element's input to
-    the log joint, ``log z`` in log space)::
-
-        c_i = clip(-Cov(y_f, y_q) / Var(y_q), 0, 1)
-
-    the ``c`` that leaves ``d F_i / d x_i``, which ``g_rep`` carries through ``T``, the least
-    variance (the running moments decay as :class:`RunningBaseline`'s, :data:`BASELINE_DECAY`;
-    ``c = 1`` before the first draw). Where ``q`` is the element's posterior ``f_i = log q_i +
-    const``, ``y_f = -y_q`` and ``c_i = 1`` (the path term's zero-noise optimum); where the
-    posterior is far from the family (a horseshoe's half-Cauchy scales) ``c`` falls toward the
-    analytic entropy's 0. (Regressing ``f_i`` on ``log q_i`` instead, ``g_corr``'s weight, put
-    every horseshoe weight at 1.)
-
-    ``baseline``: every latent's running offsets ``d_f = f_i - f_i(means)``
-    (:class:`RunningBaseline`); ``entropy_baseline``: the standardized latents' offsets ``d_q =
-    -log q_i - (-log q_i(means))``: the baseline of ``F_i`` is ``F_i(means)`` plus the two
-    offsets (``d_q``'s times ``c_i``), each shrunk by its noise; where ``f_i - log q_i`` is
-    constant they cancel, as their sum's would. ``slope_f``, ``slope_q``: running means of
-    ``y_f`` and ``y_q``; ``square_q``: of ``y_q^2``; ``cross``: of ``y_f y_q``, shaped as the
-    latents (a Dirichlet's summed over its components).
-    """
-
-    baseline: RunningBaseline
-    entropy_baseline: RunningBaseline
-    slope_f: dict
-    slope_q: dict
-    square_q: dict
-    cross: dict
-
-
-def _standardized(families: dict) -> dict:
-    return {name: family for name, family in families.items() if has_standardized_entropy_path(family)}
-
-
-def init_path_weights(families: dict, log_space: bool = False) -> PathWeights:
-    """The state before the first step: no offsets, ``c = 1``."""
-    standardized = _standardized(families)
-    zeros = {name: jnp.zeros(family.shape, jnp.float32) for name, family in standardized.items()}
-    return PathWeights(
-        init_running_baseline(families), init_running_baseline(standardized), zeros, zeros, zeros, zeros
-    )
-
-
-def path_weights(state: PathWeights) -> dict:
-    """Each standardized latent element's weight ``c_i`` on the path term (:class:`PathWeights`):
-    ``-Cov(y_f, y_q) / Var(y_q)``, clipped to ``[0, 1]``; 1 where ``y_q`` has not varied."""
-    weights = {}
-    for name, cross in state.cross.items():
-        mean_f, mean_q = state.slope_f[name], state.slope_q[name]
-        variance = state.square_q[name] - mean_q**2
-        covariance = cross - mean_f * mean_q
-        event = tuple(range(jnp.ndim(state.baseline.offset[name]), jnp.ndim(cross)))  # a Dirichlet's
-        variance, covariance = jnp.sum(variance, axis=event), jnp.sum(covariance, axis=event)
-        ratio = -covariance / jnp.maximum(variance, 1e-30)
-        weights[name] = jnp.where(variance > 0, jnp.clip(ratio, 0.0, 1.0), 1.0)
-    return weights
-
-
-def advance_path_weights(state: PathWeights, statistics, decay: float = BASELINE_DECAY) -> PathWeights:
-    """The state after a step whose draws gave ``statistics = (d_f, d_q, y_f, y_q)`` (their
-    offsets and slopes; products averaged over the step's draws as ``(y_q^2, y_f y_q)``), every
-    average with the same ``decay``. A non-finite slope leaves the element's slope averages."""
-    f_offsets, q_offsets, (slope_f, slope_q, square_q, cross) = statistics
-    moments = (state.slope_f, state.slope_q, state.square_q, state.cross)
-    new = tuple({} for _ in moments)
-    for name in state.cross:
-        values = [jnp.asarray(v[name], state.cross[name].dtype) for v in (slope_f, slope_q, square_q, cross)]
-        finite = jnp.all(jnp.stack([jnp.isfinite(v) for v in values]), axis=0)
-        for target, old, value in zip(new, moments, values, strict=True):
-            target[name] = jnp.where(finite, decay * old[name] + (1.0 - decay) * value, old[name])
-    return PathWeights(
-        advance_running_baseline(state.baseline, f_offsets, decay),
-        advance_running_baseline(state.entropy_baseline, q_offsets, decay),
-        *new,
-    )
-
-
 def path_entropy_correction(params, eps, families: dict, location_hessian=None, covered=()):
     """A term whose gradient turns the analytic ``grad_v H`` of the Gaussian-based families
     into the path derivative of Roeder, Wu & Duvenaud (2017); its value is not used.
@@ -307,9 +215,7 @@ def has_standardized_entropy_path(family) -> bool:
     return isinstance(family, (Gamma, Beta, Dirichlet))
 
 
-def standardized_entropy_path(
-    params, eps, latents, families: dict, log_space: bool, covered=(), path_weights=None
-):
+def standardized_entropy_path(params, eps, latents, families: dict, log_space: bool, covered=()):
     """The entropy's path derivative for the families with ``g_corr != 0``: a term whose
     gradient replaces their analytic ``grad_v H`` (its value is not used), and each latent's
     ``log q(z; stop(v))`` per element, subtracted from its local log joint in ``g_corr``.
@@ -329,9 +235,7 @@ def standardized_entropy_path(
 
     ``latents``: the draw as the target receives it; ``log q`` is evaluated at the draw in the
     log space of the support (``log z``, ``logit z``: :meth:`Family.log_space_transform`), where
-    a small shape's draw is not rounded to 0. ``path_weights``: per latent, each element's
-    weight ``c_i`` on the term (``F_i = f_i - c_i log q_i``; the analytic entropy's gradient
-    keeps ``1 - c_i``: :class:`PathWeights`); the ``log q_i`` returned are unweighted.
+    a small shape's draw is not rounded to 0.
     """
     names = set(covered)
     total = 0.0
@@ -341,23 +245,9 @@ def standardized_entropy_path(
             continue
         u = latents[name] if log_space else family.log_space_transform(params[name], eps[name])
         log_q = family.log_prob_log_space(jax.lax.stop_gradient(params[name]), u)
-        term = -log_q - family.entropy(params[name])
-        if path_weights is not None:
-            term = jax.lax.stop_gradient(path_weights[name]) * term
         own[name] = jax.lax.stop_gradient(log_q)
-        total = total + jnp.sum(term)
+        total = total - jnp.sum(log_q) - jnp.sum(family.entropy(params[name]))
     return total, own
-
-
-def negative_log_q_at_means(params, families: dict) -> dict:
-    """``-log q_i`` at the variational mean (in the log space of the support) of each latent
-    whose entropy gradient is :func:`standardized_entropy_path`'s: the baseline of its term."""
-    fixed = jax.lax.stop_gradient(params)
-    return {
-        name: -family.log_prob_log_space(fixed[name], family.log_space_mean(fixed[name]))
-        for name, family in families.items()
-        if has_standardized_entropy_path(family)
-    }
 
 
 def baseline_values(params, target: Target, sticking_the_landing: bool) -> dict:
@@ -366,8 +256,12 @@ def baseline_values(params, target: Target, sticking_the_landing: bool) -> dict:
     values = baseline_log_joints(params, target)
     if not sticking_the_landing:
         return values
-    at_means = negative_log_q_at_means(params, target.families)
-    return {name: value + at_means[name] if name in at_means else value for name, value in values.items()}
+    fixed = jax.lax.stop_gradient(params)
+    for name, family in target.families.items():
+        if has_standardized_entropy_path(family):
+            at_mean = family.log_prob_log_space(fixed[name], family.log_space_mean(fixed[name]))
+            values = {**values, name: values[name] - at_mean}
+    return values
 
 
 def grep_surrogate(
@@ -386,14 +280,7 @@ def grep_surrogate(
 
 
 def _surrogate_and_local(
-    params,
-    eps,
-    target: Target,
-    baseline,
-    sticking_the_landing,
-    expansion=None,
-    probe=None,
-    path_weights=None,
+    params, eps, target: Target, baseline, sticking_the_landing, expansion=None, probe=None
 ):
     """:func:`grep_surrogate` with the draw's local log joints ``f_i(z)`` beside the ELBO.
 
@@ -403,10 +290,7 @@ def _surrogate_and_local(
     gradient of ``E_q[f~]``, and the covered latents take the analytic entropy gradient (the
     expansion already cancels what the path derivative would). ``probe``: zeros added to
     those latents' inputs to the log joint, whose gradient is then the draw's input gradient
-    (``latents``, the inputs, is returned beside the local log joints). ``path_weights`` (with
-    ``sticking_the_landing``): the standardized latents' weights on the entropy's path term
-    (:func:`standardized_entropy_path`, :class:`PathWeights`; 1 without). The local log joints
-    returned are ``f_i`` alone, and the draw's ``log q_i(z)`` beside them."""
+    (``latents``, the inputs, is returned beside the local log joints)."""
     families = target.families
     latents = transform_all(params, eps, families, target.log_space)
     inputs = latents if probe is None else {**latents, **{n: latents[n] + probe[n] for n in probe}}
@@ -431,19 +315,14 @@ def _surrogate_and_local(
     if expansion is not None:
         mean_approx = quadratic_control_variate.expectation(expansion, params, families, target.log_space)
         correction = mean_approx - approx
-    own = {}
-    weights = local
     if sticking_the_landing:
-        path, own = standardized_entropy_path(
-            params, eps, latents, families, target.log_space, covered, path_weights
-        )
+        path, own = standardized_entropy_path(params, eps, latents, families, target.log_space, covered)
         correction = correction + path
-        scaled = own if path_weights is None else {name: path_weights[name] * own[name] for name in own}
-        weights = {name: value - scaled[name] if name in own else value for name, value in local.items()}
+        local = {name: value - own[name] if name in own else value for name, value in local.items()}
     for name, family in families.items():
         log_q_eps = family.log_prob_standardized(params[name], eps[name])
-        weight = weights[name] if baseline is None else weights[name] - baseline[name]
-        weight = jnp.where(jnp.isfinite(weight), weight, weights[name])
+        weight = local[name] if baseline is None else local[name] - baseline[name]
+        weight = jnp.where(jnp.isfinite(weight), weight, local[name])
         correction = correction + jnp.sum(jax.lax.stop_gradient(weight) * log_q_eps)
     if sticking_the_landing:
         uncovered = {name: family for name, family in families.items() if name not in covered}
@@ -451,7 +330,7 @@ def _surrogate_and_local(
             params, eps, uncovered, target.location_hessian, coupling.covered_locations(families)
         )
     elbo = log_joint + total_entropy(params, families)
-    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local, latents, own)
+    return elbo + correction - jax.lax.stop_gradient(correction), (elbo, local, latents)
 
 
 def average_gradient_variance(per_sample_grads):
@@ -537,11 +416,8 @@ def grep(
     ``sticking_the_landing``: the entropy gradient by its path derivative (Roeder et al. 2017;
     unbiased; default on): the Gaussian-based families' (:func:`path_entropy_correction`) and
     the gamma, beta and Dirichlet families' (:func:`standardized_entropy_path`, whose
-    ``g_corr`` then weighs ``f_i - log q_i``). With the running baseline the latter term is
-    weighed per parameter by the regression carried in :class:`PathWeights` (1 where ``q`` is
-    the posterior, toward 0 where its noise does not cancel the model's: the horseshoe's
-    default fit 20,650 -> 2,850 steps). ``baseline=False, sticking_the_landing=False`` is the
-    paper's plain estimator.
+    ``g_corr`` then weighs ``f_i - log q_i``). ``baseline=False, sticking_the_landing=False``
+    is the paper's plain estimator.
 
     ``control_variate``: ``"quadratic"`` subtracts a quadratic expansion of the log joint about
     ``q``'s input means, fitted to past draws, and adds its exact expected gradient
@@ -567,7 +443,7 @@ def grep(
 
     def single(rng_key, params, target, baseline_values=None):
         eps = sample_standardized(rng_key, params, target.families)
-        grad, (elbo, local, *_) = jax.grad(_surrogate_and_local, has_aux=True)(
+        grad, (elbo, local, _) = jax.grad(_surrogate_and_local, has_aux=True)(
             params, eps, target, baseline_values, stl
         )
         return grad, EstimateInfo(elbo=elbo, extras={}), local
@@ -581,13 +457,12 @@ def grep(
             name: jnp.zeros(families[name].shape, jax.tree_util.tree_leaves(params[name])[0].dtype)
             for name in expansion.names
         }
-        (grad, input_grad), (elbo, local, inputs, own) = jax.grad(
+        (grad, input_grad), (elbo, local, inputs) = jax.grad(
             _surrogate_and_local, argnums=(0, 6), has_aux=True
         )(params, eps, target, baseline_values, stl, expansion, probe)
         statistics = quadratic_control_variate.draw_statistics(
             expansion, input_grad, inputs, params, families, log_space
         )
-        local = {name: value - own[name] if name in own else value for name, value in local.items()}
         return grad, EstimateInfo(elbo=elbo, extras={}), local, statistics
 
     def estimate(rng_key, params, target):
@@ -601,47 +476,6 @@ def grep(
         values = {name: at_means[name] + offsets[name] for name in at_means}
         grad, info, local = single(rng_key, params, target, values)
         return grad, info, {name: local[name] - at_means[name] for name in local}
-
-    def weighted_draw(rng_key, params, target, state):
-        """One draw with the path term weighted per element (:class:`PathWeights`), and what it
-        tells the state."""
-        families, log_space = target.families, target.log_space
-        weights = path_weights(state)
-        at_means = baseline_log_joints(params, target)
-        offsets = running_offsets(state.baseline)
-        q_at_means = negative_log_q_at_means(params, families)
-        q_offsets = running_offsets(state.entropy_baseline)
-        values = {
-            name: value + offsets[name] + (weights[name] * (q_at_means[name] + q_offsets[name]))
-            if name in weights
-            else value + offsets[name]
-            for name, value in at_means.items()
-        }
-        eps = sample_standardized(rng_key, params, families)
-        probe = {
-            name: jnp.zeros_like(state.cross[name], jax.tree_util.tree_leaves(params[name])[0].dtype)
-            for name in weights
-        }
-        (grad, slope_f), (elbo, local, inputs, own) = jax.grad(
-            _surrogate_and_local, argnums=(0, 6), has_aux=True
-        )(params, eps, target, values, True, None, probe, weights)
-        fixed = jax.lax.stop_gradient(params)
-
-        def negative_log_q(name):
-            family = families[name]
-            density = family.log_prob_log_space if log_space else family.log_prob
-            return lambda x: -jnp.sum(density(fixed[name], x))
-
-        slope_q = {name: jax.grad(negative_log_q(name))(inputs[name]) for name in weights}
-        f_offsets = {name: local[name] - at_means[name] for name in local}
-        q_draws = {name: -own[name] - q_at_means[name] for name in own}
-        slopes = (
-            slope_f,
-            slope_q,
-            {name: slope_q[name] ** 2 for name in weights},
-            {name: slope_f[name] * slope_q[name] for name in weights},
-        )
-        return grad, EstimateInfo(elbo=elbo, extras={}), (f_offsets, q_draws, slopes)
 
     def expanded_draw(rng_key, params, target, state):
         baseline_state, running = state
@@ -666,12 +500,6 @@ def grep(
             init=expanded_init,
             estimate=multi_sample_carried(expanded_draw, num_samples, compute_variance),
             advance=expanded_advance,
-        )
-    elif kind == "running" and stl:
-        carried = CarriedState(
-            init=init_path_weights,
-            estimate=multi_sample_carried(weighted_draw, num_samples, compute_variance),
-            advance=advance_path_weights,
         )
     elif kind == "running":
         carried = CarriedState(
