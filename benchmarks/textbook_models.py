@@ -383,6 +383,7 @@ LARGER_MODELS = {
 
 def _all_models():
     from classic_models import CLASSIC_MODELS
+    from example_models import EXAMPLE_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
     from held_out_models import HELD_OUT_MODELS
     from probe_models import PROBE_MODELS
@@ -396,6 +397,7 @@ def _all_models():
         **PROBE_MODELS,
         **CLASSIC_MODELS,
         **HELD_OUT_MODELS,
+        **EXAMPLE_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -12,6 +12,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
     python benchmarks/time_to_answer.py --held-out            # the twelve of held_out_models.py
+    python benchmarks/time_to_answer.py --examples            # the seven of example_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -251,6 +252,9 @@ def main(argv=None):
     parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
+    parser.add_argument(
+        "--examples", action="store_true", help="the seven of example_models.py (without --models)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
     parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
@@ -258,7 +262,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.held_out:
+    if args.models is None and args.examples:
+        from example_models import EXAMPLE_MODELS
+
+        args.models = list(EXAMPLE_MODELS)
+    elif args.models is None and args.held_out:
         from held_out_models import HELD_OUT_MODELS
 
         args.models = list(HELD_OUT_MODELS)
