@@ -54,8 +54,10 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    noise's covariance (Dieuleveut, Durmus & Bach 2020), and ``D`` draws divide that by ``D``.
    So when a stage at ``s_k = rho_k / D_k`` follows one at ``s_{k-1}`` (ratio
    ``r = s_k / s_{k-1} < 1``), their change ``c`` estimates the last stage's bias as
-   ``c r / (1 - r)`` (``c`` itself when the step was halved; the previous stage's own error
-   enters it times ``r / (1 - r)``, which must also be within ``2 * tolerance``); the run ends
+   ``c r / (1 - r)`` (``c`` itself when the step was halved; ``c`` less the two averages'
+   errors at the 90th percentile of their noise: :func:`systematic_change`; the previous
+   stage's own error enters it times ``r / (1 - r)``, which must also be within ``2 *
+   tolerance``); the run ends
    when the last stage is known to ``tolerance`` and its bias so estimated is within
    ``2 * tolerance``. Otherwise a new stage starts from the average with ``rho / D`` smaller:
    by **more draws per step** where a stage at the current draws would cost ``f >= 2`` times
