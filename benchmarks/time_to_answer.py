@@ -12,7 +12,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
     python benchmarks/time_to_answer.py --held-out            # the twelve of held_out_models.py
-    python benchmarks/time_to_answer.py --examples            # the seven of example_models.py
+    python benchmarks/time_to_answer.py --examples            # the eight of example_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -253,7 +253,7 @@ def main(argv=None):
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
     parser.add_argument(
-        "--examples", action="store_true", help="the seven of example_models.py (without --models)"
+        "--examples", action="store_true", help="the eight of example_models.py (without --models)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
