@@ -56,9 +56,10 @@ def test_the_noise_quantile_is_chi_squared_over_its_degrees_of_freedom():
     freedom; 1 where the degrees of freedom are unknown or the level is off."""
     from scipy.stats import chi2
 
-    for k in (3, 6, 12, 64, 128, 2048):
-        exact = chi2.ppf(0.9, k) / k
-        assert controller.noise_quantile(k, 0.9) == pytest.approx(exact, rel=0.01), k
+    for level in (0.9, 0.95):
+        for k in (3, 6, 12, 64, 128, 2048):
+            exact = chi2.ppf(level, k) / k
+            assert controller.noise_quantile(k, level) == pytest.approx(exact, rel=0.01), (level, k)
     assert controller.noise_quantile(0) == 1.0
     assert controller.noise_quantile(6, None) == pytest.approx(
         chi2.ppf(controller.NOISE_QUANTILE, 6) / 6, rel=0.01

@@ -83,6 +83,7 @@ the uninterrupted one.
 """
 
 import math
+import statistics
 from typing import Any, NamedTuple
 
 import jax
@@ -1334,9 +1335,10 @@ def systematic_change(
     model of few parameters ran stages for noise: the squared change of two noise-only averages
     is ``(e^2 + e_prev^2) chi^2_k / k``, whose 90th percentile is 1.77 times its mean at ``k =
     6`` (a Gaussian process's three log-normal hyperparameters), and such a model's stages
-    crossed the bias bound by chance and each then doubled the draws: with four seeds the same
-    fit took 3.6 to 19.5 s, the slowest after five stages whose changes (0.0196, 0.0145,
-    0.0190 sd) did not fall as the draws doubled, its answer within 0.006 sd of the others'."""
+    crossed the bias bound by chance and each then doubled the draws: four seeds of the same fit
+    took 6.6 to 21.6 s (``benchmarks/seed_spread.py``, ``gp_30_first``), the slowest after five
+    stages whose changes (0.0196, 0.0145, 0.0190 sd) did not fall as the draws doubled, its
+    answer within 0.0063 sd of the others' (with this ``q``: three stages, 7.2 s)."""
     noise = (accuracy**2 + previous_accuracy**2) * noise_quantile(degrees_of_freedom)
     if not math.isfinite(noise):
         return change
@@ -1344,20 +1346,20 @@ def systematic_change(
 
 
 NOISE_QUANTILE = 0.9  # the level of noise_quantile (None: the errors' expectation alone)
-_NOISE_Z = {0.9: 1.2815515655446004, 0.95: 1.6448536269514722}
 
 
 def noise_quantile(degrees_of_freedom: int, level: float | None = None) -> float:
-    """``chi^2_k``'s ``level`` quantile over ``k`` (``NOISE_QUANTILE`` by default), by Wilson &
-    Hilferty's (1931) cube-root approximation (within 1% of the exact quantile from ``k = 3``):
-    how far, relative to its mean, the squared Fisher-metric change of two noise-only averages
-    of ``k`` parameters reaches. 1 for ``k <= 0`` (unknown) or ``level`` None; it falls to 1 as
-    ``k`` grows (1.77 at 6, 1.16 at 128, 1.04 at 2,048)."""
+    """``chi^2_k``'s ``level`` quantile over ``k``, by Wilson & Hilferty's (1931) cube-root
+    approximation (within 1% of the exact quantile from ``k = 3``): how far, relative to its
+    mean, the squared Fisher-metric change of two noise-only averages of ``k`` parameters
+    reaches. ``level`` None reads ``NOISE_QUANTILE``; 1 where that is None too or ``k <= 0``
+    (unknown). It falls to 1 as ``k`` grows (at 0.9: 1.77 at 6, 1.16 at 128, 1.04 at 2,048)."""
     level = NOISE_QUANTILE if level is None else level
     if level is None or degrees_of_freedom <= 0:
         return 1.0
+    z = statistics.NormalDist().inv_cdf(float(level))
     h = 2.0 / (9.0 * float(degrees_of_freedom))
-    return float(max(1.0, (1.0 - h + _NOISE_Z[level] * math.sqrt(h)) ** 3))
+    return float(max(1.0, (1.0 - h + z * math.sqrt(h)) ** 3))
 
 
 def stage_bias(change: float, ratio: float) -> float:
