@@ -61,6 +61,13 @@ def test_the_noise_quantile_is_chi_squared_over_its_degrees_of_freedom():
             exact = chi2.ppf(level, k) / k
             assert controller.noise_quantile(k, level) == pytest.approx(exact, rel=0.01), (level, k)
     assert controller.noise_quantile(0) == 1.0
+    assert controller.noise_quantile(6, 0.9) > 1.7
+    previous = controller.NOISE_QUANTILE
+    try:
+        controller.NOISE_QUANTILE = None  # the rule before: the errors' expectation alone
+        assert controller.noise_quantile(6) == 1.0
+    finally:
+        controller.NOISE_QUANTILE = previous
     assert controller.noise_quantile(6, None) == pytest.approx(
         chi2.ppf(controller.NOISE_QUANTILE, 6) / 6, rel=0.01
     )
@@ -391,10 +398,12 @@ def test_rat_tumours_raise_their_draws_and_a_resumed_run_is_bitwise_the_whole():
     assert record.stage_bias <= 2 * MECHANISM_TOLERANCE
     # inside the last stage, after the draws rose, at a window's end, and a cap that leaves the
     # trial whole (a num_steps cap under 2 x candidates x trial steps shortens it: another run)
-    window = controller.AdaptiveSettings().window
-    stop = record.num_iterations - 7 * window
-    while stop < 2 * 4 * controller.AdaptiveSettings().trial_windows * window:
-        stop += window
+    settings = controller.AdaptiveSettings()
+    candidates = len(rules.ADAM_TRIAL_FACTORS) + 1  # Adam's rates and the natural rule
+    whole_trial = 2 * candidates * settings.trial_windows * settings.window
+    stop = record.num_iterations - 7 * settings.window
+    while stop < whole_trial:
+        stop += settings.window
     assert stop < record.num_iterations
     with pytest.warns(Warning):
         first = fit(num_steps=stop)
