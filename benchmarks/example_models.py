@@ -20,6 +20,20 @@ written before it was run (simulated data, this module's own fixed seed):
 * ``student_location``: a Student-t location with a ``StudentT(3, 0, 10)`` prior and a
   ``Gamma(2, 0.1)`` degrees of freedom, 50 points.
 
+Three more, written in the forty-second session before they were run, after NumPyro's examples
+``bnn.py``, ``funnel.py`` and ``ucbadmit.py``:
+
+* ``bnn``: a Bayesian neural network, two ``tanh`` hidden layers of 5 units, ``Normal(0, 1)``
+  weights as matrix-valued sites, a ``Gamma(3, 1)`` noise precision, 100 points of NumPyro's
+  example's function of ``x`` in ``[-1, 1]`` (features ``1, x, x^2``).
+* ``funnel``: Neal's funnel in 10 dimensions, ``y ~ Normal(0, 3)``, ``x ~ Normal(0, exp(y /
+  2))``, no data, written non-centred by ``handlers.reparam`` as NumPyro's example does with
+  ``--reparam`` (the centred funnel is the same density in other coordinates).
+* ``ucbadmit``: the UC Berkeley admissions (Bickel, Hammel & O'Connell 1975; McElreath's
+  ``UCBadmit``: 12 rows of admitted of applications by department and gender), a binomial GLMM
+  with a department-varying intercept and gender slope, their correlation ``LKJCholesky(2, 2)``,
+  non-centred, as NumPyro's example writes it.
+
 ``gp_30_first`` is ``gp_30`` on the targets the session first drew (another stream), where
 the default fit's seed 0 ran five stages (``benchmarks/seed_spread.py``). ``python
 benchmarks/time_to_answer.py --examples``; the first run is in ``docs/performance.md``
@@ -152,6 +166,70 @@ def student_location(y):
         numpyro.sample("y", dist.StudentT(nu, mu, 1.0), obs=y)
 
 
+def _bnn_data(num_points=100, noise=0.1):
+    x = np.linspace(-1.0, 1.0, num_points)
+    features = np.power(x[:, None], np.arange(3.0))
+    weights = 0.5 * _BNN_RNG.standard_normal(3)
+    y = features @ weights + 0.5 * np.power(0.5 + x, 2.0) * np.sin(4.0 * x)
+    return features.astype(np.float32), (y + noise * _BNN_RNG.standard_normal(num_points)).astype(np.float32)
+
+
+_BNN_RNG = np.random.default_rng(42)
+BNN_X, BNN_Y = _bnn_data()
+
+
+def bnn(x, y, hidden=5):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    w1 = numpyro.sample("w1", dist.Normal(jnp.zeros((x.shape[1], hidden)), jnp.ones((x.shape[1], hidden))))
+    z1 = jnp.tanh(x @ w1)
+    w2 = numpyro.sample("w2", dist.Normal(jnp.zeros((hidden, hidden)), jnp.ones((hidden, hidden))))
+    z2 = jnp.tanh(z1 @ w2)
+    w3 = numpyro.sample("w3", dist.Normal(jnp.zeros((hidden, 1)), jnp.ones((hidden, 1))))
+    mean = (z2 @ w3).squeeze(-1)
+    precision = numpyro.sample("precision", dist.Gamma(3.0, 1.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(mean, 1.0 / jnp.sqrt(precision)), obs=y)
+
+
+def funnel(dim=10):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer.reparam import LocScaleReparam
+
+    with numpyro.handlers.reparam(config={"x": LocScaleReparam(0)}):
+        y = numpyro.sample("y", dist.Normal(0.0, 3.0))
+        numpyro.sample("x", dist.Normal(jnp.zeros(dim - 1), jnp.exp(y / 2)))
+
+
+# department (A-F), male (1) or female (0), applications, admitted
+UCB_ADMIT = np.array(
+    [
+        [0, 1, 825, 512], [0, 0, 108, 89], [1, 1, 560, 353], [1, 0, 25, 17],
+        [2, 1, 325, 120], [2, 0, 593, 202], [3, 1, 417, 138], [3, 0, 375, 131],
+        [4, 1, 191, 53], [4, 0, 393, 94], [5, 1, 373, 22], [5, 0, 341, 24],
+    ]
+)  # fmt: skip
+
+
+def ucbadmit(dept, male, applications, admit):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    v_mu = numpyro.sample("v_mu", dist.Normal(0.0, jnp.array([4.0, 1.0])))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(jnp.ones(2)))
+    l_rho = numpyro.sample("L_Rho", dist.LKJCholesky(2, concentration=2.0))
+    scale_tril = sigma[..., None] * l_rho
+    z = numpyro.sample("z", dist.Normal(jnp.zeros((6, 2)), 1.0))
+    v = jnp.dot(scale_tril, z.T).T
+    logits = v_mu[0] + v[dept, 0] + (v_mu[1] + v[dept, 1]) * male
+    numpyro.sample("admit", dist.Binomial(applications, logits=logits), obs=admit)
+
+
 EXAMPLE_MODELS = {
     entry.name: entry
     for entry in (
@@ -183,6 +261,19 @@ EXAMPLE_MODELS = {
         ),
         TextbookModel(
             "student_location", student_location, (STUDENT_Y,), "Student-t location and df, 50 points"
+        ),
+        TextbookModel("bnn", bnn, (BNN_X, BNN_Y), "Bayesian neural network, 2 x 5 tanh units, 100 points"),
+        TextbookModel("funnel", funnel, (), "Neal's funnel, 10 dimensions, non-centred by handlers.reparam"),
+        TextbookModel(
+            "ucbadmit",
+            ucbadmit,
+            (
+                UCB_ADMIT[:, 0].astype(np.int32),
+                UCB_ADMIT[:, 1].astype(np.float32),
+                UCB_ADMIT[:, 2].astype(np.float32),
+                UCB_ADMIT[:, 3].astype(np.float32),
+            ),
+            "UC Berkeley admissions, binomial GLMM, LKJCholesky (NumPyro's ucbadmit example)",
         ),
     )
 }

@@ -197,7 +197,7 @@ def _shared_elbo(model, args, draws, log_q):
 
     # in chunks of draws: 20,000 draws of a 100,000-row model's log density at once would hold
     # 2e9 floats
-    rows = max(int(np.size(a)) for a in jax.tree_util.tree_leaves(args))
+    rows = max((int(np.size(a)) for a in jax.tree_util.tree_leaves(args)), default=1)  # no data: 1
     chunk = max(1, min(ELBO_DRAWS, 2**26 // max(rows, 1)))
     log_p = jax.lax.map(lambda z: log_density(model, args, {}, z)[0], draws, batch_size=chunk)
     values = np.asarray(log_p - log_q, np.float64)
