@@ -498,3 +498,54 @@ def test_a_run_stops_at_its_draws_cap_with_the_accuracy_it_reached():
     with pytest.warns(NotConvergedWarning, match="max_draws"):
         resumed = adapted.fit(progress=False, settings=settings, resume=first.run_state)
     assert resumed.convergence == record
+
+
+def test_a_near_miss_at_max_batches_averages_on_to_the_tolerance():
+    """A stage whose average could end the run (no bias against a settled previous stage) and
+    whose error at ``max_batches`` is 1.2 tolerances averages on and converges within twice the
+    batches (the horseshoe regression's 58-draw stage ended at 0.0061 against 0.005 and three
+    stages of halved steps followed); at 1.6 tolerances, or with the rule off, the stage ends
+    at ``max_batches`` and the next halves the step, as before."""
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    in_second = lambda s: int(s.stage) == 1 and int(s.phase) == controller.AVERAGE
+    state, loop, _, _ = _simulate(1, stop=in_second)
+    scale = float(state.step_size) / int(state.repeats)
+    state = controller._new_stage_statistics(state)._replace(  # the stage's averaging from its start
+        phase=np.asarray(controller.AVERAGE),
+        previous={"x": np.zeros(2, np.float32)},
+        previous_accuracy=np.float64(0.001),  # settled: its bias share is within the bound
+        previous_scale=np.float64(2 * scale),  # the step halved since
+        previous_estimates=np.int64(10**9),  # no drift test: the draws are too few to tell
+    )
+    kwargs = _update_arguments(settings, loop, 1)
+    steps = settings.window
+    windows = controller._batch_windows_needed(float(state.step_size), steps)  # per batch
+    per_window = lambda accuracy: accuracy * math.sqrt(settings.max_batches * windows) / math.sqrt(2)
+
+    def run(accuracy_at_max, seed=0):
+        rng = np.random.default_rng(seed)
+        current = state
+        for _ in range(10 * settings.max_batches):
+            mean = {"x": rng.normal(0.0, per_window(accuracy_at_max), 2)}
+            summary = controller.WindowSummary(
+                np.full(steps, -10.0), np.ones(steps, bool), np.zeros((steps, 1), bool), mean
+            )
+            before = int(current.batches)
+            current, _ = controller.update(current, summary, loop, **kwargs)
+            if int(current.reason) or int(current.stage) != 1:
+                return current, before
+        raise AssertionError("the stage never ended")
+
+    near, batches = run(1.2 * MECHANISM_TOLERANCE)
+    assert controller.REASONS[int(near.reason)] == "converged"
+    assert settings.max_batches < batches + 1 <= controller.NEAR_MISS_BATCHES * settings.max_batches
+    far, batches = run(1.6 * MECHANISM_TOLERANCE)
+    assert not int(far.reason) and int(far.stage) == 2 and batches + 1 == settings.max_batches
+    assert float(far.step_size) == pytest.approx(float(state.step_size) / 2)
+    previous = controller.NEAR_MISS_ACCURACY
+    try:
+        controller.NEAR_MISS_ACCURACY = 0.0  # the rule off
+        off, batches = run(1.2 * MECHANISM_TOLERANCE)
+    finally:
+        controller.NEAR_MISS_ACCURACY = previous
+    assert not int(off.reason) and int(off.stage) == 2 and batches + 1 == settings.max_batches
