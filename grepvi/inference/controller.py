@@ -50,16 +50,15 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    twice that where the stage could end the run and its error is within ``sqrt(2)`` tolerances:
    :func:`_near_miss`), the average is the stage's answer. A stage's average is biased by its
    step: to first order in ``rho / D`` (``D`` gradient draws per step). For constant-step
-   stochastic approximation the averaged iterate's bias is, to leading order, the step times
-   a term that depends on the gradient noise through the iterates' stationary covariance,
-   which is linear in the noise's covariance (Dieuleveut, Durmus & Bach 2020), and ``D``
-   draws divide that by ``D``. So when a stage at ``s_k = rho_k / D_k`` follows one at ``s_{k-1}`` (ratio
+   stochastic approximation the averaged iterate's bias is, to leading order, the step times a
+   term that depends on the gradient noise through the iterates' stationary covariance, which is
+   linear in the noise's covariance (Dieuleveut, Durmus & Bach 2020), and ``D`` draws divide
+   that by ``D``. So when a stage at ``s_k = rho_k / D_k`` follows one at ``s_{k-1}`` (ratio
    ``r = s_k / s_{k-1} < 1``), their change ``c`` estimates the last stage's bias as
-   ``c r / (1 - r)`` (``c`` itself when the step was halved; ``c`` less the two averages'
-   errors at the 90th percentile of their noise: :func:`systematic_change`; the previous
-   stage's own error enters it times ``r / (1 - r)``, which must also be within ``2 *
-   tolerance``); the run ends
-   when the last stage is known to ``tolerance`` and its bias so estimated is within
+   ``c r / (1 - r)`` (``c`` itself when the step was halved; ``c`` less the two averages' errors
+   at the 90th percentile of their noise: :func:`systematic_change`; the previous stage's own
+   error enters it times ``r / (1 - r)``, which must also be within ``2 * tolerance``); the run
+   ends when the last stage is known to ``tolerance`` and its bias so estimated is within
    ``2 * tolerance``. Otherwise a new stage starts from the average with ``rho / D`` smaller:
    by **more draws per step** where a stage at the current draws would cost ``f >= 2`` times
    its floor (the approach windows and ``min_batches`` batches; ``f >= EARLY_FACTOR`` ends the
