@@ -549,3 +549,37 @@ def test_a_near_miss_at_max_batches_averages_on_to_the_tolerance():
     finally:
         controller.NEAR_MISS_ACCURACY = previous
     assert not int(off.reason) and int(off.stage) == 2 and batches + 1 == settings.max_batches
+
+
+def test_an_unconverged_run_names_the_latent_that_holds_its_error():
+    """``error_shares``: each latent's share of the squared Monte Carlo error in the Fisher
+    metric (here the identity), summing to 1; the record of a run stopped unconverged in a
+    stage's average names the largest (NumPyro's ucbadmit drifts, and its warning says where)."""
+    distance = lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values())))
+    loop = _Loop({"a": np.zeros(1, np.float32), "b": np.zeros(2, np.float32)}, jax.random.key(0))
+    state = controller.init(loop, 1, 0.1)
+    n = 8
+    se = {"a": np.array([0.3]), "b": np.array([0.0, 0.4])}  # squared: 0.09 and 0.16 of 0.25
+    state = state._replace(
+        batches=np.asarray(n),
+        mean={"a": np.zeros(1), "b": np.zeros(2)},
+        m2={name: value**2 * n * (n - 1) for name, value in se.items()},
+    )
+    shares = controller.error_shares(state, distance)
+    assert shares == pytest.approx({"a": 0.36, "b": 0.64})
+    assert controller.error_shares(state._replace(batches=np.asarray(1)), distance) == {}
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    stopped = state._replace(
+        phase=np.asarray(controller.AVERAGE), reason=np.asarray(controller.REASONS.index("drifting"))
+    )
+    record = controller.convergence(
+        stopped, [rules.Candidate("natural", 0, 0.1, linear=True)], settings, distance
+    )
+    assert record.error_latent == "b" and record.error_share == pytest.approx(0.64)
+    converged = controller.convergence(
+        state._replace(phase=np.asarray(controller.AVERAGE)),
+        [rules.Candidate("natural", 0, 0.1, linear=True)],
+        settings,
+        distance,
+    )
+    assert converged.error_latent == "" and math.isnan(converged.error_share)  # interrupted: not named

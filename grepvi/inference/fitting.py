@@ -876,7 +876,12 @@ def _warn(
                 "The average's Monte Carlo error fell far slower than its draws predict: it drifts "
                 "(a direction of the posterior the mean-field q cannot settle on, e.g. a product of "
                 "latents identified only as a whole); the answer is the current stage's average. "
-                "Reparameterize the model (a non-centred form), or loosen tolerance."
+                "Reparameterize that part of the model (e.g. a non-centred form), or loosen tolerance."
+            )
+        if convergence.error_latent:
+            remedy = (
+                f"{convergence.error_share:.0%} of the answer's Monte Carlo error is in the q of "
+                f"{convergence.error_latent!r}. {remedy}"
             )
         warnings.warn(
             f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
