@@ -387,6 +387,7 @@ def _all_models():
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
     from held_out_models import HELD_OUT_MODELS
     from probe_models import PROBE_MODELS
+    from support_models import SUPPORT_MODELS
     from unseen_models import UNSEEN_MODELS
     from user_models import USER_MODELS
 
@@ -398,6 +399,7 @@ def _all_models():
         **CLASSIC_MODELS,
         **HELD_OUT_MODELS,
         **EXAMPLE_MODELS,
+        **SUPPORT_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

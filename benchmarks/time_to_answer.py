@@ -13,6 +13,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
     python benchmarks/time_to_answer.py --held-out            # the twelve of held_out_models.py
     python benchmarks/time_to_answer.py --examples            # the eight of example_models.py
+    python benchmarks/time_to_answer.py --supports            # the eleven of support_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -255,6 +256,9 @@ def main(argv=None):
     parser.add_argument(
         "--examples", action="store_true", help="the eight of example_models.py (without --models)"
     )
+    parser.add_argument(
+        "--supports", action="store_true", help="the eleven of support_models.py (without --models)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
     parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
@@ -262,7 +266,11 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.examples:
+    if args.models is None and args.supports:
+        from support_models import SUPPORT_MODELS
+
+        args.models = list(SUPPORT_MODELS)
+    elif args.models is None and args.examples:
         from example_models import EXAMPLE_MODELS
 
         args.models = list(EXAMPLE_MODELS)

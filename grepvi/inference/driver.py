@@ -112,6 +112,7 @@ class Plan(NamedTuple):
     base_draws: int = 1  # gradient estimates in one repeat
     num_elements: int = 0  # latent elements (0: unknown; no stage ends before its tolerance)
     couple: Callable | None = None  # couples the natural rule's locations (controller.update's couple)
+    expandable: bool = False  # the first stage may rerun with the quadratic control variate (controller)
 
 
 def make_window(
@@ -261,6 +262,7 @@ def run(
     observers: Sequence = (),
     clock: Callable[[], float] = time.perf_counter,
     widened_window=None,
+    expanded_window=None,
 ) -> RunState:
     """Runs windows from ``run_state`` until the controller converges or a cap is reached.
 
@@ -273,6 +275,10 @@ def run(
     or -1, checkpointed). A widened window is bitwise the float32 one at every step whose
     gradient was finite.
 
+    ``expanded_window``: the same window with G-REP's quadratic control variate, for every
+    window from the controller's rerun of the first stage with it on (its ``coupled`` at
+    ``controller.EXPANDED``); compiled there.
+
     Returns the final :class:`RunState` (its controller's ``reason`` says why it stopped).
     """
     if max_steps is None and time_budget is None and not observers:
@@ -281,12 +287,17 @@ def run(
     loop, state = run_state.loop, run_state.controller
     place = plan.place or (lambda tree: tree)
     loop = place(loop)
-    if widened_window is not None and int(state.widened) == 1:
-        window = widened_window
+    plain = window
+    window = _window_for(state, plain, widened_window, expanded_window)
     window.compile(loop, data)
     window(loop, data, 0)  # the first call's own costs (allocation, dispatch) off the probe
     per_step = None  # seconds per step of the last window, per repeat of its estimates
     while not int(state.reason):
+        chosen = _window_for(state, plain, widened_window, expanded_window)
+        if chosen is not window:
+            window = chosen
+            window.compile(loop, data)
+            per_step = None  # another program: its cost a step is not the last window's
         elapsed = clock() - start
         reason = _cap_reached(state, max_steps, time_budget, elapsed, observers, plan)
         probing = int(state.phase) == controller.TRIAL and int(state.trial_steps) < 0
@@ -343,6 +354,16 @@ def run(
         if hasattr(observer, "on_end"):
             observer.on_end(final)
     return final
+
+
+def _window_for(state, plain, widened_window, expanded_window):
+    """The window the next steps run: the widened one once it has helped, else the expanded
+    one once the controller turned the quadratic control variate on, else the plain one."""
+    if widened_window is not None and int(state.widened) == 1:
+        return widened_window
+    if expanded_window is not None and int(state.coupled) == controller.EXPANDED:
+        return expanded_window
+    return plain
 
 
 def _may_widen(state, widened_window) -> bool:
@@ -423,6 +444,7 @@ def _decide(state, summary, new_loop, plan):
         max_repeats=plan.max_repeats,
         num_elements=plan.num_elements,
         couple=plan.couple,
+        expandable=plan.expandable,
     )
 
 

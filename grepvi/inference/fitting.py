@@ -188,6 +188,9 @@ FIRST_DRAW_ELEMENTS = 256
 DRAW_FLOPS_PER_STEP = 2**20  # the draws of a step at the start cost at most this (jaxpr_flops)
 MAX_DRAW_ELEMENTS = 16_384  # latent elements x draws per step up to which the draws may grow
 MAX_REPEATS = 64
+# Latent elements up to which a first stage whose error asks controller.EXPANSION_FACTOR times its
+# draws runs again with G-REP's quadratic control variate (controller._expanded_next).
+EXPANSION_ELEMENTS = 8
 
 
 def max_repeats(families: dict, estimator: Estimator, draws: int) -> int:
@@ -233,6 +236,36 @@ def average_estimates(estimator: Estimator, count: int) -> Estimator:
     )
 
 
+def expandable_estimator(estimator: Estimator, families: dict) -> bool:
+    """Whether a default fit may rerun its first stage with G-REP's quadratic control variate
+    (:func:`grepvi.inference.controller.update`'s ``expandable``): G-REP with its running
+    baseline and no control variate, on at most ``EXPANSION_ELEMENTS`` latent elements."""
+    options = estimator.options
+    return (
+        estimator.name == "grep"
+        and options.get("baseline") == "running"
+        and options.get("control_variate", "none") == "none"
+        and latent_elements(families) <= EXPANSION_ELEMENTS
+    )
+
+
+def carrying(stepper: Estimator, expanded: Estimator) -> Estimator:
+    """``stepper`` whose carried state is ``expanded``'s (its running baseline and the quadratic
+    control variate's regression): ``stepper``'s estimate and advance on the baseline, the
+    regression passed on untouched (at its initial value until ``expanded`` runs). One loop
+    state for both programs: a run that switches keeps its checkpoints' layout."""
+    plain = stepper.carried
+
+    def estimate(rng_key, params, target, state):
+        return plain.estimate(rng_key, params, target, state[0])
+
+    def advance(state, statistics):
+        return plain.advance(state[0], statistics), state[1]
+
+    carried = plain._replace(init=expanded.carried.init, estimate=estimate, advance=advance)
+    return stepper._replace(carried=carried)
+
+
 class Setup(NamedTuple):
     """A run ready for :func:`grepvi.inference.driver.run`: the compiled window, the plan, the initial
     :class:`~grepvi.inference.driver.RunState`, the data, and what the result needs."""
@@ -246,6 +279,7 @@ class Setup(NamedTuple):
     fixed: bool
     widened_window: Any = None  # the window whose gradients are widened where float32 overflows
     batch_size: int | None = None  # rows of the data per step (None: every row)
+    expanded_window: Any = None  # the window with G-REP's quadratic control variate (a first stage's rerun)
 
     def run(self, start=None, *, max_steps=None, time_budget=None, observers=()) -> driver.RunState:
         """:func:`grepvi.inference.driver.run` from ``start`` (default the initial state)."""
@@ -253,6 +287,7 @@ class Setup(NamedTuple):
         return driver.run(
             self.window, start, self.plan, data=self.data, max_steps=max_steps, time_budget=time_budget,
             observers=observers, widened_window=self.widened_window,
+            expanded_window=self.expanded_window,
         )  # fmt: skip
 
 
@@ -322,9 +357,17 @@ def setup(
         length = settings.window
     raw_data = data
     step_target = target if batch_size is not None or parallel else replayed_target(target)
+    expandable = (
+        not fixed and batch_size is None and not parallel and expandable_estimator(estimator, target.families)
+    )
+    expanded = {}
 
     def build(draws, initial=None):
         stepper = estimator if fixed else average_estimates(estimator, draws)
+        if expandable:  # its state holds the quadratic control variate's too, untouched until used
+            quadratic = get_estimator(estimator.name, **{**estimator.options, "control_variate": "quadratic"})
+            expanded["stepper"] = average_estimates(quadratic, draws)
+            stepper = carrying(stepper, expanded["stepper"])
         most_repeats = 1
         if not fixed and not parallel:
             most_repeats = max_repeats(target.families, estimator, draws)
@@ -379,6 +422,16 @@ def setup(
     widened_window = None
     if widened_step_fn is not None:  # compiled only if a run meets an overflow
         widened_window = driver.make_window(widened_step_fn, length, keep_params, **compiled_as)
+    expanded_window = None
+    if expandable:  # compiled only if a first stage reruns with the quadratic control variate
+        expanded_stepper = expanded["stepper"]
+
+        def expanded_step_fn(state, data):
+            repeats = rules.repeats(state.opt_state) if most_repeats > 1 else None
+            new_state, info = step(state, step_target, expanded_stepper, optimizer, data, repeats)
+            return new_state, with_clipped(info, new_state.opt_state)
+
+        expanded_window = driver.make_window(expanded_step_fn, length, keep_params, **compiled_as)
     names = latent_names(target)  # the model's (a stacked latent's members)
     if fixed:
         state = controller.init(initial_loop, 1, float("nan"), fixed=True)
@@ -386,17 +439,24 @@ def setup(
             None, (), lambda loop, i, rho, repeats=1: loop, None, initial_loop, length, names, place=place
         )
         initial = driver.RunState(initial_loop, state, np.float64(0.0))
-        return Setup(window, plan, initial, data, target, estimator, True, widened_window, batch_size)
+        return Setup(
+            window, plan, initial, data, target, estimator, True, widened_window, batch_size, expanded_window
+        )
     plan, state, start = _default_plan(
         target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
     )
     plan = plan._replace(
-        max_repeats=most_repeats, base_draws=draws, num_elements=elements if batch_size is None else 0
+        max_repeats=most_repeats,
+        base_draws=draws,
+        num_elements=elements if batch_size is None else 0,
+        expandable=expanded_window is not None,
     )
     if batch_size is None and not parallel and any(c.linear for c in candidates):
         plan = plan._replace(couple=location_coupler(target, data))
     initial = driver.RunState(start, state, np.float64(0.0))
-    return Setup(window, plan, initial, data, target, estimator, False, widened_window, batch_size)
+    return Setup(
+        window, plan, initial, data, target, estimator, False, widened_window, batch_size, expanded_window
+    )
 
 
 def location_coupler(target, data):

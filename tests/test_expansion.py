@@ -1,0 +1,143 @@
+"""A stage that would raise the draws many times over runs again with G-REP's quadratic control
+variate instead (``controller._expands``, ``fitting.expandable_estimator``): when, what the
+record says, the answer, and a resumed run."""
+
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.special import gammaln
+
+import grepvi
+from grepvi import Gamma
+from grepvi.errors import NotConvergedWarning
+from grepvi.inference import controller, fitting, rules
+
+TOLERANCE = 0.005
+
+
+class _Loop(NamedTuple):
+    params: dict
+    rng_key: jax.Array
+
+
+def _first_stage(window_sd, expandable, seed=0):
+    """Simulated windows (mean iterate 0 plus noise of sd ``window_sd / sqrt(repeats)`` per
+    coordinate, the Fisher metric the identity) until the first stage ends: the state then."""
+    settings = controller.AdaptiveSettings(tolerance=TOLERANCE)
+    loop = _Loop({"x": np.zeros(2, np.float32)}, jax.random.key(0))
+    state = controller.init(loop, 1, 0.1)
+    kwargs = dict(
+        settings=settings,
+        candidates=[rules.Candidate("natural", 0, 0.1, linear=True)],
+        initial_state=loop,
+        select=lambda s, i, rho, repeats=1: s,
+        distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
+        max_repeats=64,
+        expandable=expandable,
+    )
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        mean = rng.normal(0.0, window_sd / math.sqrt(int(state.repeats)), 2)
+        summary = controller.WindowSummary(
+            -10.0 + rng.normal(0.0, 0.01, settings.window),
+            np.ones(settings.window, bool),
+            np.zeros((settings.window, 1), bool),
+            {"x": mean},
+        )
+        state, loop = controller.update(state, summary, loop, **kwargs)
+        if int(state.stage) >= 1:
+            return state, settings
+    raise AssertionError("the first stage never ended")
+
+
+def test_a_first_stage_that_asks_many_times_its_draws_runs_again_with_the_control_variate():
+    """Noisy enough that its error asks at least ``EXPANSION_FACTOR`` times the draws: the
+    stage runs again (stage 1, approaching) at its step and draws with the control variate on,
+    and the record says so; a quieter first stage raises its draws as before; without a
+    program for it (``expandable=False``) the noisy one raises them too."""
+    noisy, settings = _first_stage(0.5, expandable=True)
+    assert int(noisy.coupled) == controller.EXPANDED
+    assert int(noisy.phase) == controller.APPROACH and int(noisy.repeats) == 1
+    assert float(noisy.step_size) == pytest.approx(0.1) and not bool(noisy.has_previous)
+    record = controller.convergence(noisy, [rules.Candidate("natural", 0, 0.1, linear=True)], settings)
+    assert record.control_variate == "quadratic" and "quadratic control variate" in record.summary()
+    quiet, _ = _first_stage(0.05, expandable=True)
+    assert int(quiet.coupled) != controller.EXPANDED and 1 < int(quiet.repeats) < controller.EXPANSION_FACTOR
+    plain, _ = _first_stage(0.5, expandable=False)
+    assert int(plain.coupled) != controller.EXPANDED and int(plain.repeats) >= controller.EXPANSION_FACTOR
+
+
+# Overdispersed counts (negative binomial, as NumPyro's GammaPoisson): the concentration c and
+# rate r of their gamma mixing distribution are strongly correlated a posteriori (the mean is
+# c / r), the case the control variate is for.
+# (benchmarks/support_models.py's ``gamma_poisson`` counts: negative binomial, 3 successes, p = 0.4)
+COUNTS = np.array(
+    [5, 2, 3, 2, 8, 5, 1, 4, 7, 3, 5, 8, 0, 6, 6, 2, 3, 2, 5, 1, 3, 5, 1, 12, 1, 0, 3, 7, 7, 9]
+    + [3, 2, 5, 5, 2, 0, 5, 6, 3, 4, 1, 8, 5, 9, 7, 5, 4, 6, 9, 1, 3, 1, 6, 0, 7, 2, 5, 0, 5, 7]
+    + [7, 5, 0, 1, 0, 4, 1, 6, 0, 8, 2, 2, 2, 1, 1, 5, 1, 4, 0, 6],
+    np.float32,
+)
+
+
+def _gamma_poisson(x, y=COUNTS):
+    """``log p(c, r, y)`` at ``c = exp(x["c"])``, ``r = exp(x["r"])`` (the log space NumPyro's
+    models are fitted in: ``log_space=True``)."""
+    c, r = jnp.exp(x["c"]), jnp.exp(x["r"])
+    log_normalizer = gammaln(y + c) - gammaln(c) - gammaln(y + 1.0)
+    likelihood = log_normalizer + c * (x["r"] - jnp.log1p(r)) - y * jnp.log1p(r)
+    prior = -0.5 * c - r  # Exponential(0.5) and Gamma(1, 1)
+    return jnp.sum(likelihood) + prior
+
+
+def _latents():
+    return {"c": Gamma(shape=()), "r": Gamma(shape=())}
+
+
+def test_the_rerun_lands_on_the_optimum_the_plain_estimator_finds():
+    """The default fit reruns its first stage with the control variate and converges; its
+    answer is the plain estimator's (the rerun turned off), both at the same optimum of the
+    ELBO: their means within a few of the tolerances they report (each answer's bias up to
+    2 tolerances by the convergence rule), in the q's own standard deviations."""
+    result = grepvi.fit(_gamma_poisson, _latents(), progress=False, log_space=True)
+    assert result.convergence.converged and result.convergence.control_variate == "quadratic"
+    previous = fitting.EXPANSION_ELEMENTS
+    try:
+        fitting.EXPANSION_ELEMENTS = 0
+        plain = grepvi.fit(_gamma_poisson, _latents(), progress=False, log_space=True)
+    finally:
+        fitting.EXPANSION_ELEMENTS = previous
+    assert plain.convergence.converged and plain.convergence.control_variate == ""
+    bound = 3 * (result.convergence.accuracy + plain.convergence.accuracy) + 4 * TOLERANCE
+    for name in ("c", "r"):
+        sd = float(np.sqrt(plain.posterior[name].variance()))
+        gap = abs(float(result.posterior[name].mean()) - float(plain.posterior[name].mean())) / sd
+        assert gap < bound, (name, gap, bound)
+        ratio = float(result.posterior[name].variance()) / float(plain.posterior[name].variance())
+        assert abs(ratio - 1.0) < 0.05, (name, ratio)
+
+
+def test_a_run_resumed_after_the_rerun_is_bitwise_the_uninterrupted_one():
+    calls = [0]
+
+    def stop_after_rerun(event):
+        calls[0] += 1
+        return int(event.run_state.controller.coupled) == controller.EXPANDED and calls[0] >= 30
+
+    kwargs = dict(progress=False, num_steps=20_000, log_space=True)
+    full = grepvi.fit(_gamma_poisson, _latents(), **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotConvergedWarning)
+        part = grepvi.fit(_gamma_poisson, _latents(), callback=stop_after_rerun, **kwargs)
+    assert part.convergence.reason == "interrupted" and part.convergence.control_variate == "quadratic"
+    rest = grepvi.fit(_gamma_poisson, _latents(), resume=part.run_state, **kwargs)
+    assert rest.convergence.num_iterations == full.convergence.num_iterations
+    assert rest.convergence.accuracy == full.convergence.accuracy and rest.convergence.converged
+    for x, y in zip(
+        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
+    ):
+        np.testing.assert_array_equal(x, y)
