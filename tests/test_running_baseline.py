@@ -230,7 +230,14 @@ def test_a_default_fit_carries_the_running_baseline_in_its_run_state():
         local_logdensity_fn=model.local_logdensity_fn,
         progress=False,
     )
-    assert result.converged
-    state = result.run_state.loop.estimator_state
+    assert result.converged and result.convergence.control_variate == ""
+    # a model of at most 8 elements carries the quadratic control variate's regression too
+    # (fitting.carrying): at its initial value, for no stage ran with it
+    state, regression = result.run_state.loop.estimator_state
     assert isinstance(state, RunningBaseline)
     assert np.all(np.abs(np.asarray(state.offset["rate"])) > 0)
+    from grepvi.estimators import quadratic_control_variate
+
+    initial = quadratic_control_variate.init(result.families, False)  # grepvi.fit: value space
+    for x, y in zip(jax.tree_util.tree_leaves(regression), jax.tree_util.tree_leaves(initial), strict=True):
+        np.testing.assert_array_equal(x, y)

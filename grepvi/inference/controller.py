@@ -342,7 +342,7 @@ class Convergence(NamedTuple):
         (:func:`climbing`).
       coupled: the natural steps coupled the real-valued latents' locations by the log
         joint's Hessian (:mod:`grepvi.optim.coupling`; :func:`_coupled_next` says when).
-      control_variate: ``"quadratic"`` where the run reran its first stage with G-REP's
+      control_variate: ``"quadratic"`` where a stage of the run ran again with G-REP's
         quadratic control variate (:func:`_expands` says when), else ``""``.
       error_latent: for a run stopped unconverged with its answer the current stage's
         average, the latent whose ``q`` holds the largest share of that average's squared
@@ -469,7 +469,7 @@ class ControllerState(NamedTuple):
     elbo_trend: np.ndarray
     climbs: np.ndarray  # times a first stage's average restarted because its batch ELBOs rose
     # the natural rule's locations coupled (grepvi.optim.coupling): 1 yes, -1 tried and not, 0 untried;
-    # EXPANDED (2): the first stage reran with the quadratic control variate instead (_expands)
+    # EXPANDED (2): a stage ran again with the quadratic control variate instead (_expands)
     coupled: np.ndarray = np.asarray(0)
     # the natural rule took over from the trial's non-linear rule at its approach's end
     # (_handover_candidate): 1 yes, -1 it fell in its first stage and that rule resumed, 0 not
@@ -1294,7 +1294,7 @@ def _coupled_next(state: ControllerState, loop_state, couple, rho: float, settin
     return couple(loop_state)
 
 
-EXPANDED = 2  # ControllerState.coupled: the first stage reran with the quadratic control variate
+EXPANDED = 2  # ControllerState.coupled: a stage ran again with the quadratic control variate
 EXPANSION_FACTOR = 16  # a stage that would raise the draws to this many times the first's tries it
 
 

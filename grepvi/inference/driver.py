@@ -112,7 +112,7 @@ class Plan(NamedTuple):
     base_draws: int = 1  # gradient estimates in one repeat
     num_elements: int = 0  # latent elements (0: unknown; no stage ends before its tolerance)
     couple: Callable | None = None  # couples the natural rule's locations (controller.update's couple)
-    expandable: bool = False  # the first stage may rerun with the quadratic control variate (controller)
+    expandable: bool = False  # a stage may run again with the quadratic control variate (controller)
 
 
 def make_window(
@@ -276,7 +276,7 @@ def run(
     gradient was finite.
 
     ``expanded_window``: the same window with G-REP's quadratic control variate, for every
-    window from the controller's rerun of the first stage with it on (its ``coupled`` at
+    window from the controller's rerun of a stage with it on (its ``coupled`` at
     ``controller.EXPANDED``); compiled there.
 
     Returns the final :class:`RunState` (its controller's ``reason`` says why it stopped).

@@ -188,8 +188,8 @@ FIRST_DRAW_ELEMENTS = 256
 DRAW_FLOPS_PER_STEP = 2**20  # the draws of a step at the start cost at most this (jaxpr_flops)
 MAX_DRAW_ELEMENTS = 16_384  # latent elements x draws per step up to which the draws may grow
 MAX_REPEATS = 64
-# Latent elements up to which a first stage whose error asks controller.EXPANSION_FACTOR times its
-# draws runs again with G-REP's quadratic control variate (controller._expanded_next).
+# Latent elements up to which a stage that would raise the draws to controller.EXPANSION_FACTOR
+# times the first stage's runs again with G-REP's quadratic control variate (controller._expands).
 EXPANSION_ELEMENTS = 8
 
 
@@ -237,7 +237,7 @@ def average_estimates(estimator: Estimator, count: int) -> Estimator:
 
 
 def expandable_estimator(estimator: Estimator, families: dict) -> bool:
-    """Whether a default fit may rerun its first stage with G-REP's quadratic control variate
+    """Whether a default fit may run a stage again with G-REP's quadratic control variate
     (:func:`grepvi.inference.controller.update`'s ``expandable``): G-REP with its running
     baseline and no control variate, on at most ``EXPANSION_ELEMENTS`` latent elements."""
     options = estimator.options
@@ -279,7 +279,7 @@ class Setup(NamedTuple):
     fixed: bool
     widened_window: Any = None  # the window whose gradients are widened where float32 overflows
     batch_size: int | None = None  # rows of the data per step (None: every row)
-    expanded_window: Any = None  # the window with G-REP's quadratic control variate (a first stage's rerun)
+    expanded_window: Any = None  # the window with G-REP's quadratic control variate (a stage's rerun)
 
     def run(self, start=None, *, max_steps=None, time_budget=None, observers=()) -> driver.RunState:
         """:func:`grepvi.inference.driver.run` from ``start`` (default the initial state)."""
@@ -423,7 +423,7 @@ def setup(
     if widened_step_fn is not None:  # compiled only if a run meets an overflow
         widened_window = driver.make_window(widened_step_fn, length, keep_params, **compiled_as)
     expanded_window = None
-    if expandable:  # compiled only if a first stage reruns with the quadratic control variate
+    if expandable:  # compiled only if a stage runs again with the quadratic control variate
         expanded_stepper = expanded["stepper"]
 
         def expanded_step_fn(state, data):
