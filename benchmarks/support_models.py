@@ -50,9 +50,9 @@ def _ar1_series(n=80, phi=0.6):
 
 
 AR1_Y = _ar1_series()
-LKJ_Y = _RNG.multivariate_normal(
-    np.zeros(3), [[1.0, 0.5, 0.2], [0.5, 2.0, 0.3], [0.2, 0.3, 1.0]], 50
-).astype(np.float32)
+LKJ_Y = _RNG.multivariate_normal(np.zeros(3), [[1.0, 0.5, 0.2], [0.5, 2.0, 0.3], [0.2, 0.3, 1.0]], 50).astype(
+    np.float32
+)
 RANDOM_WALK_Y = _RNG.poisson(np.exp(np.cumsum(_RNG.normal(0.0, 0.2, 30)) + 1.0)).astype(np.float32)
 LAPLACE_Y = _RNG.laplace(1.0, 1.0, 60).astype(np.float32)
 
@@ -169,9 +169,14 @@ SUPPORT_MODELS = {
             "log_uniform_scale", log_uniform_scale, (LOG_UNIFORM_Y,), "LogUniform(0.01, 100) scale, 30 points"
         ),
         TextbookModel("chi2_df", chi2_df, (CHI2_Y,), "Student-t df under Chi2(5), 60 points"),
-        TextbookModel("kumaraswamy", kumaraswamy, (KUMARASWAMY_Y,), "Kumaraswamy(2, 2) probability, 50 trials"),
         TextbookModel(
-            "gamma_poisson", gamma_poisson, (GAMMA_POISSON_Y,), "GammaPoisson concentration and rate, 80 counts"
+            "kumaraswamy", kumaraswamy, (KUMARASWAMY_Y,), "Kumaraswamy(2, 2) probability, 50 trials"
+        ),
+        TextbookModel(
+            "gamma_poisson",
+            gamma_poisson,
+            (GAMMA_POISSON_Y,),
+            "GammaPoisson concentration and rate, 80 counts",
         ),
         TextbookModel("low_rank_mvn", low_rank_mvn, (LOW_RANK_Y,), "LowRankMultivariateNormal 4-vector"),
         TextbookModel("ar1_uniform", ar1_uniform, (AR1_Y,), "AR(1), Uniform(-1, 1) coefficient, 80 points"),
@@ -183,7 +188,10 @@ SUPPORT_MODELS = {
             "30-step GaussianRandomWalk log rate (centred), Poisson counts",
         ),
         TextbookModel(
-            "asymmetric_laplace", asymmetric_laplace, (LAPLACE_Y,), "SoftLaplace location, AsymmetricLaplace data"
+            "asymmetric_laplace",
+            asymmetric_laplace,
+            (LAPLACE_Y,),
+            "SoftLaplace location, InverseGamma scale, AsymmetricLaplace data",
         ),
     )
 }

@@ -1142,16 +1142,7 @@ def _stage_update(
             # The first stage drifted along a coupled direction: it runs again from its average
             # with the locations coupled, at its step and draws (its average, not settled,
             # would count as a bias against the next stage's).
-            next_state = select(coupled_loop, int(state.candidate), rho, repeats)
-            state = state._replace(
-                coupled=_i(1),
-                stage=_i(int(state.stage) + 1),
-                phase=_i(APPROACH),
-                best_elbo=_f(-np.inf),
-                best_se=_f(np.nan),
-                best_state=next_state,
-            )
-            return _new_stage_statistics(state), next_state
+            return _run_again(state, select(coupled_loop, int(state.candidate), rho, repeats), 1)
         if coupled_loop is not None:
             loop_state = coupled_loop
         elif int(state.coupled) == 0:
@@ -1162,15 +1153,7 @@ def _stage_update(
         # average with the quadratic control variate (another program), at its step and draws;
         # the stage before it, if any, stays the one its bias is measured against.
         next_state = select(loop_state._replace(params=params), int(state.candidate), rho, repeats)
-        state = state._replace(
-            coupled=_i(EXPANDED),
-            stage=_i(int(state.stage) + 1),
-            phase=_i(APPROACH),
-            best_elbo=_f(-np.inf),
-            best_se=_f(np.nan),
-            best_state=next_state,
-        )
-        return _new_stage_statistics(state), next_state
+        return _run_again(state, next_state, EXPANDED)
     previous_estimates = averaged * repeats
     if clipped > MAX_CLIPPED and room >= 2:  # fewer steps are clipped at more draws (less noise)
         factor = max(factor, min(CLIPPED_DRAWS_FACTOR, room))
@@ -1292,6 +1275,21 @@ def _coupled_next(state: ControllerState, loop_state, couple, rho: float, settin
     if _draws_factor(state, rho, math.nan, settings, max(room, COUPLING_FACTOR)) < COUPLING_FACTOR:
         return None
     return couple(loop_state)
+
+
+def _run_again(state: ControllerState, next_state, coupled: int) -> tuple[ControllerState, Any]:
+    """The stage just ended runs again from ``next_state`` (its average, at its step and draws,
+    coupled or with the control variate: ``coupled``), as a new stage that approaches first;
+    the previous stage, if any, stays the one its bias is measured against."""
+    state = state._replace(
+        coupled=_i(coupled),
+        stage=_i(int(state.stage) + 1),
+        phase=_i(APPROACH),
+        best_elbo=_f(-np.inf),
+        best_se=_f(np.nan),
+        best_state=next_state,
+    )
+    return _new_stage_statistics(state), next_state
 
 
 EXPANDED = 2  # ControllerState.coupled: a stage ran again with the quadratic control variate
