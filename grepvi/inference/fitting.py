@@ -360,14 +360,14 @@ def setup(
     expandable = (
         not fixed and batch_size is None and not parallel and expandable_estimator(estimator, target.families)
     )
-    expanded = {}
 
     def build(draws, initial=None):
         stepper = estimator if fixed else average_estimates(estimator, draws)
+        expanded_stepper = None
         if expandable:  # its state holds the quadratic control variate's too, untouched until used
             quadratic = get_estimator(estimator.name, **{**estimator.options, "control_variate": "quadratic"})
-            expanded["stepper"] = average_estimates(quadratic, draws)
-            stepper = carrying(stepper, expanded["stepper"])
+            expanded_stepper = average_estimates(quadratic, draws)
+            stepper = carrying(stepper, expanded_stepper)
         most_repeats = 1
         if not fixed and not parallel:
             most_repeats = max_repeats(target.families, estimator, draws)
@@ -379,9 +379,14 @@ def setup(
             step_target, stepper, optimizer, key, init_params, raw_data, batch_size, parallel, model,
             most_repeats > 1, initial,
         )  # fmt: skip
-        return most_repeats, step_fn, initial_loop, place, data, widened_step_fn
+        expanded_step_fn = None
+        if expanded_stepper is not None:
+            expanded_step_fn = _plain_step(step_target, expanded_stepper, optimizer, most_repeats > 1)
+        return most_repeats, step_fn, initial_loop, place, data, widened_step_fn, expanded_step_fn
 
-    most_repeats, step_fn, initial_loop, place, data, widened_step_fn = build(None if fixed else draws)
+    most_repeats, step_fn, initial_loop, place, data, widened_step_fn, expanded_step_fn = build(
+        None if fixed else draws
+    )
 
     def checked():
         if callable(check):
@@ -400,7 +405,8 @@ def setup(
             cheaper = draws_per_step(target.families, estimator, flops / draws)
             if cheaper < draws:
                 draws = cheaper
-                most_repeats, step_fn, _, place, data, widened_step_fn = build(draws, initial_loop)
+                built = build(draws, initial_loop)
+                most_repeats, step_fn, _, place, data, widened_step_fn, expanded_step_fn = built
                 traced = False
         profile = {}
         if batch_size is None and not parallel and elements <= SMALL_MODEL_ELEMENTS:
@@ -423,14 +429,7 @@ def setup(
     if widened_step_fn is not None:  # compiled only if a run meets an overflow
         widened_window = driver.make_window(widened_step_fn, length, keep_params, **compiled_as)
     expanded_window = None
-    if expandable:  # compiled only if a stage runs again with the quadratic control variate
-        expanded_stepper = expanded["stepper"]
-
-        def expanded_step_fn(state, data):
-            repeats = rules.repeats(state.opt_state) if most_repeats > 1 else None
-            new_state, info = step(state, step_target, expanded_stepper, optimizer, data, repeats)
-            return new_state, with_clipped(info, new_state.opt_state)
-
+    if expanded_step_fn is not None:  # compiled only if a stage runs again with the quadratic control variate
         expanded_window = driver.make_window(expanded_step_fn, length, keep_params, **compiled_as)
     names = latent_names(target)  # the model's (a stacked latent's members)
     if fixed:
@@ -515,22 +514,25 @@ def _step_and_state(
     if parallel:
         return (*_parallel_step(model, target, stepper, optimizer, key, init_params, data), None)
 
-    widened = widened_target(target)
-
-    def repeats_of(state):
-        return rules.repeats(state.opt_state) if repeated else None
-
-    def step_fn(state, data):
-        new_state, info = step(state, target, stepper, optimizer, data, repeats_of(state))
-        return new_state, with_clipped(info, new_state.opt_state)
-
-    def widened_step_fn(state, data):
-        new_state, info = step(state, widened, stepper, optimizer, data, repeats_of(state))
-        return new_state, with_clipped(info, new_state.opt_state)
-
+    step_fn = _plain_step(target, stepper, optimizer, repeated)
+    widened_step_fn = _plain_step(widened_target(target), stepper, optimizer, repeated)
     if initial is None:
         initial = init(key, target, optimizer, init_params, estimator=stepper)
     return step_fn, initial, None, data, widened_step_fn
+
+
+def _plain_step(target, stepper, optimizer, repeated: bool):
+    """``step_fn(state, data) -> (state, info)``: one step of ``stepper`` on ``target`` (the
+    plain step, its widened twin, or the step with G-REP's quadratic control variate); with
+    ``repeated``, it averages the number of estimates its optimizer state says
+    (:func:`grepvi.inference.rules.repeats`)."""
+
+    def step_fn(state, data):
+        repeats = rules.repeats(state.opt_state) if repeated else None
+        new_state, info = step(state, target, stepper, optimizer, data, repeats)
+        return new_state, with_clipped(info, new_state.opt_state)
+
+    return step_fn
 
 
 def _default_plan(target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget):
