@@ -204,8 +204,9 @@ def path_entropy_correction(params, eps, families: dict, location_hessian=None, 
         total = total + neg_log_q - jnp.sum(family.entropy(params[name]))
     if offsets:
         d = jnp.concatenate([jnp.ravel(offsets[name]) for name, _ in covered])
-        # a branch, not a select: while the locations are not coupled (most runs, at every
-        # draw) the product is not computed (eight schools: 15.7 against 14.0 us a draw)
+        # a branch, not a select: while the locations are not coupled (most runs) no draw
+        # computes the product (as a select: eight schools' draw 15.7 us, 14.0 without the
+        # coupled block; a step at 32 draws 5-9% longer than with the branch)
         total = total + jax.lax.cond(
             on, lambda d: -0.5 * jnp.dot(d, hessian @ d), lambda d: jnp.zeros((), d.dtype), d
         )
