@@ -382,6 +382,7 @@ LARGER_MODELS = {
 
 
 def _all_models():
+    from blind_models import BLIND_MODELS
     from classic_models import CLASSIC_MODELS
     from example_models import EXAMPLE_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
@@ -400,6 +401,7 @@ def _all_models():
         **HELD_OUT_MODELS,
         **EXAMPLE_MODELS,
         **SUPPORT_MODELS,
+        **BLIND_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -107,12 +107,32 @@ def test_no_handover_to_a_natural_rule_that_diverged_in_the_trial():
     assert int(state.handed_over) == 0 and int(state.candidate) == 0
 
 
+def test_a_natural_rule_that_falls_after_taking_over_halves_its_step_first():
+    """A fall in the natural rule's first stage after the handover is first read as its step
+    (a stiff direction across many elements: a soft sum-to-zero constraint on 60 CAR effects
+    made the natural step at 0.1 unstable where 0.0125 converged): the best window's mean
+    iterate at half the step, the rule kept, up to ``HANDOVER_HALVINGS`` times."""
+    state, loop, kwargs = _setup()
+    state, loop = _approach(*_trial(state, loop, kwargs), kwargs)
+    natural = kwargs["candidates"][1].step_size
+    state, loop = controller.update(state, _window(-219.0, 8.0, seed=300), loop, **kwargs)  # its best
+    for halving in range(1, controller.HANDOVER_HALVINGS + 1):
+        state, loop = controller.update(state, _window(-243.0, 9.0, seed=300 + halving), loop, **kwargs)
+        assert int(state.handed_over) == 1 and int(state.candidate) == 1
+        assert (loop.rule, loop.rate) == (1, natural * 2.0**-halving)
+        assert math.isclose(float(state.step_size), natural * 2.0**-halving)
+        assert int(state.phase) == controller.APPROACH and int(state.stage) == 0
+        np.testing.assert_array_equal(loop.params["x"], np.full(2, 8.0, np.float32))  # the best window's mean
+    assert int(state.restarts) == controller.HANDOVER_HALVINGS
+
+
 def test_a_natural_rule_that_falls_after_taking_over_hands_back_to_adam():
     state, loop, kwargs = _setup()
     state, loop = _approach(*_trial(state, loop, kwargs), kwargs)
     assert int(state.handed_over) == 1
     state, loop = controller.update(state, _window(-219.0, 8.0, seed=300), loop, **kwargs)  # its best
-    state, loop = controller.update(state, _window(-243.0, 9.0, seed=301), loop, **kwargs)  # a fall
+    for halving in range(controller.HANDOVER_HALVINGS + 1):  # falls: the halvings, then the hand-back
+        state, loop = controller.update(state, _window(-243.0, 9.0, seed=301 + halving), loop, **kwargs)
     assert int(state.handed_over) == -1 and int(state.candidate) == 0
     assert (loop.rule, loop.rate) == (0, 0.1)
     np.testing.assert_array_equal(loop.params["x"], np.full(2, 8.0, np.float32))  # the best window's mean

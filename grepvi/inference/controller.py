@@ -25,8 +25,9 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    35 times below Adam 0.1's), and one of 180 steps costs 315 with Adam 0.1 first (the
    other three stopped at the check, 45 steps). The leader continues from where its trial
    ended. On a model of fewer than ``EARLY_END_ELEMENTS`` elements where the trial keeps
-   Adam, the natural rule takes over where Adam's first approach ends, and Adam resumes if
-   the natural rule falls in its first stage (:func:`_handover_candidate`).
+   Adam, the natural rule takes over where Adam's first approach ends; a fall in its first
+   stage halves its step (``HANDOVER_HALVINGS`` times), and Adam resumes at the next
+   (:func:`_handover_candidate`).
 1. **Approach.** Windows of ``window`` steps at step ``rho``. After each, the median ELBO is
    kept; the iterates are stationary when a regression of the last (up to 8) medians on
    their index shows no increase (t < 2). A **fall** restores the mean iterate of the best
@@ -1041,6 +1042,12 @@ def _stage_update(
     fell = window.good < 0.5 * window.steps or _collapsed(window) or _fell_below_best(state, window)
     mean_params = _as_host(summary.mean_params)
     if fell and _handed_over_first_stage(state):
+        if rho > base * 2.0**-HANDOVER_HALVINGS:  # its step halved first, as any rule's fall
+            restored = select(state.best_state, int(state.candidate), rho / 2.0, repeats)
+            state = state._replace(
+                phase=_i(APPROACH), step_size=_f(rho / 2.0), restarts=_i(int(state.restarts) + 1)
+            )
+            return _new_stage_statistics(state), restored._replace(rng_key=loop_state.rng_key)
         return _hand_back(state, loop_state, select)
     runner_up = _runner_up(state, candidates) if fell and candidates and _first_after_trial(state) else None
     if runner_up is not None or (fell and rho > base * 2.0**-12):
@@ -1257,6 +1264,7 @@ def _hand_back(state: ControllerState, loop_state, select):
     return _new_stage_statistics(state), restored
 
 
+HANDOVER_HALVINGS = 3  # the natural rule's step halvings in its first stage after a handover before it hands back
 COUPLING_FACTOR = 4  # a first stage whose MCSE asks this many times the draws tries coupled locations
 
 

@@ -69,7 +69,7 @@ class SwitchState(NamedTuple):
     inner: tuple
     repeats: jax.Array = 1  # int32: gradient estimates averaged per step (the update ignores it)
     clipped: jax.Array = 0.0  # float32: the fraction of elements whose last step the rule shrank
-    # (C^{-1}, H, on) of the natural rule's coupled locations (grepvi.optim.coupling); None: none covered
+    # (K, H, on) of the natural rule's coupled locations (grepvi.optim.coupling); None: none covered
     coupled: Any = None
 
 
@@ -188,7 +188,7 @@ def _uncoupled(size: int) -> tuple:
 
 def couple(tree: Any, matrix, hessian) -> Any:
     """``tree`` with every switch's natural rule stepping its covered locations coupled by
-    ``matrix`` (``C^{-1}``: :func:`grepvi.optim.coupling.coupling_from_hessian`) and the step's
+    ``matrix`` (``K``, the floored ``(-H)^{-1}``: :func:`grepvi.optim.coupling.coupling_from_hessian`) and the step's
     estimate of their gradient taking ``hessian`` (the log joint's, there) as its control
     variate (:func:`grepvi.estimators.grep.path_entropy_correction`)."""
 

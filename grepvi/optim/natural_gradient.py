@@ -179,8 +179,8 @@ def natural_gradient(
         )
 
     def update_fn(updates, state, params=None, coupled=None):
-        """``coupled``: ``(C^{-1}, on)`` of :mod:`grepvi.optim.coupling`; where ``on``, the
-        covered locations take the coupled step (with ``C = I`` the same as without)."""
+        """``coupled``: ``(K, on)`` of :mod:`grepvi.optim.coupling`; where ``on``, the
+        covered locations take the coupled step (Newton's step on them)."""
         if params is None:
             raise ValueError("natural_gradient needs the parameters: optimizer.update(g, state, params)")
         grad = jax.tree_util.tree_map(jnp.negative, updates)  # ascent direction of the ELBO
