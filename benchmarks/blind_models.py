@@ -72,9 +72,8 @@ SLOPES_GROUP = np.repeat(np.arange(30), 50).astype(np.int32)
 SLOPES_X = _RNG.normal(size=1500).astype(np.float32)
 _A = -0.5 + 0.8 * _RNG.normal(size=30)
 _B = 1.0 + 0.5 * _RNG.normal(size=30)
-SLOPES_Y = (_RNG.uniform(size=1500) < 1 / (1 + np.exp(-(_A[SLOPES_GROUP] + _B[SLOPES_GROUP] * SLOPES_X)))).astype(
-    np.float32
-)
+_SLOPES_LOGIT = _A[SLOPES_GROUP] + _B[SLOPES_GROUP] * SLOPES_X
+SLOPES_Y = (_RNG.uniform(size=1500) < 1 / (1 + np.exp(-_SLOPES_LOGIT))).astype(np.float32)
 
 # frailty: 25 clusters x 8 subjects, one covariate, exponential times, uniform censoring
 FRAILTY_CLUSTER = np.repeat(np.arange(25), 8).astype(np.int32)

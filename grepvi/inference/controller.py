@@ -1264,7 +1264,8 @@ def _hand_back(state: ControllerState, loop_state, select):
     return _new_stage_statistics(state), restored
 
 
-HANDOVER_HALVINGS = 3  # the natural rule's step halvings in its first stage after a handover before it hands back
+# the natural rule's step halvings in its first stage after a handover before it hands back
+HANDOVER_HALVINGS = 3
 COUPLING_FACTOR = 4  # a first stage whose MCSE asks this many times the draws tries coupled locations
 
 
