@@ -262,3 +262,24 @@ def test_the_default_fit_of_a_soft_sum_to_zero_constraint_lands_on_its_optimum()
         np.asarray(fitted.mean(), np.float64), mean, atol=0.05 * np.sqrt(variance.min())
     )
     np.testing.assert_allclose(np.asarray(fitted.variance(), np.float64), variance, rtol=0.05)
+
+
+def test_a_fit_stopped_after_the_natural_rules_halving_resumes_bitwise():
+    """The halvings after the handover live in the controller's state (its step, restarts):
+    stopped at the first window after one and resumed, the run is the uninterrupted one."""
+
+    def after_halving(event):
+        state = event.run_state.controller
+        return int(state.handed_over) == 1 and float(state.step_size) < 0.1
+
+    families = {"phi": Normal(shape=(CAR_N,))}
+    full = grepvi.fit(_soft_sum_to_zero, families, progress=False)
+    part = grepvi.fit(_soft_sum_to_zero, families, progress=False, callback=after_halving)
+    assert part.convergence.reason == "interrupted"
+    rest = grepvi.fit(_soft_sum_to_zero, families, progress=False, resume=part.run_state)
+    assert rest.convergence.converged and rest.convergence.coupled
+    for x, y in zip(
+        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
+    ):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
