@@ -18,6 +18,22 @@ module's own):
 * ``gp_classification``: a latent Gaussian process classifier on 40 points, squared-exponential
   kernel, ``f = L z`` non-centred, lengthscale ``InverseGamma(5, 5)``, amplitude
   ``HalfNormal(1)``.
+
+Six more, written after the first six were measured and before these ran (a stream of their own):
+
+* ``hmm``: a two-state Gaussian hidden Markov model of 200 observations, the states summed out
+  by the forward algorithm in ``lax.scan`` (``logsumexp``), the transition rows ``Dirichlet``,
+  the state means ``Normal`` and a shared ``HalfNormal`` noise.
+* ``hier_negbin``: counts in 40 groups of 10, ``NegativeBinomial2`` with a group effect and a
+  covariate, ``concentration ~ Gamma(2, 0.1)``, non-centred effects.
+* ``dirichlet_hier``: category counts of 12 groups over 5 categories, ``theta_g ~
+  Dirichlet(alpha m)``, ``m ~ Dirichlet(1)``, ``alpha ~ Gamma(2, 0.1)``.
+* ``logistic_shrinkage``: logistic regression on 50 features (5 of them active), 200 rows,
+  ``beta_j ~ Normal(0, tau)``, ``tau ~ HalfCauchy(1)``.
+* ``measurement_error``: errors-in-variables regression, 100 true covariates as latents
+  observed with noise 0.5, ``y ~ Normal(a + b x, sigma)``.
+* ``spline``: a cubic B-spline of 20 coefficients on a second-order random walk (``tau ~
+  HalfNormal(1)``), 150 noisy points of a smooth curve.
 """
 
 import numpy as np
@@ -87,6 +103,68 @@ FRAILTY_EVENT = (_TIMES <= _CENSOR).astype(np.float32)
 # gp_classification: 40 points on [0, 10]
 GPC_X = np.sort(_RNG.uniform(0, 10, size=40)).astype(np.float32)
 GPC_Y = (_RNG.uniform(size=40) < 1 / (1 + np.exp(-2.5 * np.sin(GPC_X)))).astype(np.float32)
+
+
+_RNG2 = np.random.default_rng(4646)
+
+# hmm: two states, sticky transitions
+_STATES = [0]
+for _ in range(199):
+    _STATES.append(_STATES[-1] if _RNG2.uniform() < 0.92 else 1 - _STATES[-1])
+HMM_Y = (np.array([-1.0, 1.5])[np.array(_STATES)] + 0.7 * _RNG2.normal(size=200)).astype(np.float32)
+
+# hier_negbin: 40 groups x 10
+NEGBIN_GROUP = np.repeat(np.arange(40), 10).astype(np.int32)
+NEGBIN_X = _RNG2.normal(size=400).astype(np.float32)
+_NB_MU = np.exp(1.2 + 0.4 * NEGBIN_X + 0.5 * _RNG2.normal(size=40)[NEGBIN_GROUP])
+NEGBIN_Y = _RNG2.negative_binomial(4.0, 4.0 / (4.0 + _NB_MU)).astype(np.float32)
+
+# dirichlet_hier: 12 groups x 5 categories, 30-200 draws each
+_M = np.array([0.4, 0.25, 0.15, 0.12, 0.08])
+DIRICHLET_COUNTS = np.stack(
+    [_RNG2.multinomial(int(_RNG2.integers(30, 200)), _RNG2.dirichlet(20.0 * _M)) for _ in range(12)]
+).astype(np.float32)
+
+# logistic_shrinkage: 200 x 50, 5 active
+SHRINK_X = _RNG2.normal(size=(200, 50)).astype(np.float32)
+_SHRINK_BETA = np.zeros(50)
+_SHRINK_BETA[:5] = [1.5, -1.0, 0.8, -0.6, 0.5]
+SHRINK_Y = (_RNG2.uniform(size=200) < 1 / (1 + np.exp(-(SHRINK_X @ _SHRINK_BETA)))).astype(np.float32)
+
+# measurement_error: 100 rows
+_X_TRUE = _RNG2.normal(2.0, 1.0, size=100)
+ME_X_OBS = (_X_TRUE + 0.5 * _RNG2.normal(size=100)).astype(np.float32)
+ME_Y = (1.0 + 0.8 * _X_TRUE + 0.4 * _RNG2.normal(size=100)).astype(np.float32)
+
+# spline: 150 points of a smooth curve, a cubic B-spline basis of 20 functions
+SPLINE_X = np.sort(_RNG2.uniform(0.0, 1.0, size=150))
+SPLINE_Y = (np.sin(2 * np.pi * SPLINE_X) + 0.5 * SPLINE_X + 0.3 * _RNG2.normal(size=150)).astype(np.float32)
+
+
+def _bspline_basis(x, num=20, degree=3):
+    inner = np.linspace(0.0, 1.0, num - degree + 1)
+    knots = np.concatenate([np.zeros(degree), inner, np.ones(degree)])
+    basis = ((knots[:-1, None] <= x[None, :]) & (x[None, :] < knots[1:, None])).astype(float)
+    basis[np.searchsorted(knots, 1.0, side="left") - 1, x >= 1.0] = 1.0
+    for d in range(1, degree + 1):
+        left_den = knots[d:-1] - knots[: -d - 1]
+        right_den = knots[d + 1 :] - knots[1:-d]
+        left = np.where(
+            left_den[:, None] > 0,
+            (x[None, :] - knots[: -d - 1, None]) / np.where(left_den, left_den, 1)[:, None],
+            0.0,
+        )
+        right = np.where(
+            right_den[:, None] > 0,
+            (knots[d + 1 :, None] - x[None, :]) / np.where(right_den, right_den, 1)[:, None],
+            0.0,
+        )
+        basis = left * basis[:-1] + right * basis[1:]
+    return basis.T.astype(np.float32)
+
+
+SPLINE_BASIS = _bspline_basis(SPLINE_X)
+SPLINE_X = SPLINE_X.astype(np.float32)
 
 
 def car_poisson(edges, expected, counts):
@@ -202,6 +280,102 @@ def gp_classification(x, y):
         numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
 
 
+def hmm(y):
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from jax.scipy.special import logsumexp
+
+    with numpyro.plate("states", 2):
+        transition = numpyro.sample("transition", dist.Dirichlet(jnp.array([4.0, 1.0])))
+        mu = numpyro.sample("mu", dist.Normal(jnp.array([-1.0, 1.0]), 2.0))
+    # rows: from each state (the Dirichlet's mass on "stay" put first, then swapped for state 1)
+    log_trans = jnp.log(jnp.stack([transition[0], transition[1][::-1]]))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+
+    def forward(log_alpha, obs):
+        log_alpha = logsumexp(log_alpha[:, None] + log_trans, axis=0) + dist.Normal(mu, sigma).log_prob(obs)
+        return log_alpha, None
+
+    initial = jnp.log(0.5) + dist.Normal(mu, sigma).log_prob(y[0])
+    final, _ = jax.lax.scan(forward, initial, y[1:])
+    numpyro.factor("marginal", logsumexp(final))
+
+
+def hier_negbin(group, x, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    a = numpyro.sample("a", dist.Normal(0.0, 2.0))
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    concentration = numpyro.sample("concentration", dist.Gamma(2.0, 0.1))
+    with numpyro.plate("groups", 40):
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+    mean = a + b * x + sigma * z[group]
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", dist.NegativeBinomial2(mean=jnp.exp(mean), concentration=concentration), obs=y)
+
+
+def dirichlet_hier(counts):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    k = counts.shape[1]
+    m = numpyro.sample("m", dist.Dirichlet(jnp.ones(k)))
+    alpha = numpyro.sample("alpha", dist.Gamma(2.0, 0.1))
+    with numpyro.plate("groups", counts.shape[0]):
+        theta = numpyro.sample("theta", dist.Dirichlet(alpha * m))
+        numpyro.sample("y", dist.Multinomial(total_count=counts.sum(-1), probs=theta), obs=counts)
+
+
+def logistic_shrinkage(x, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    tau = numpyro.sample("tau", dist.HalfCauchy(1.0))
+    intercept = numpyro.sample("intercept", dist.Normal(0.0, 2.0))
+    with numpyro.plate("features", x.shape[1]):
+        beta = numpyro.sample("beta", dist.Normal(0.0, tau))
+    with numpyro.plate("rows", y.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=intercept + x @ beta), obs=y)
+
+
+def measurement_error(x_obs, y):
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu_x = numpyro.sample("mu_x", dist.Normal(0.0, 5.0))
+    sd_x = numpyro.sample("sd_x", dist.HalfNormal(2.0))
+    a = numpyro.sample("a", dist.Normal(0.0, 5.0))
+    b = numpyro.sample("b", dist.Normal(0.0, 5.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("rows", y.shape[0]):
+        x = numpyro.sample("x", dist.Normal(mu_x, sd_x))
+        numpyro.sample("x_obs", dist.Normal(x, 0.5), obs=x_obs)
+        numpyro.sample("y", dist.Normal(a + b * x, sigma), obs=y)
+
+
+def spline(basis, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    num = basis.shape[1]
+    tau = numpyro.sample("tau", dist.HalfNormal(1.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    start = numpyro.sample("start", dist.Normal(0.0, 2.0).expand([2]).to_event(1))
+    steps = numpyro.sample("steps", dist.Normal(0.0, 1.0).expand([num - 2]).to_event(1))
+    # a second-order random walk: the second differences are tau * steps
+    slope = start[1] - start[0] + jnp.cumsum(tau * steps)
+    coef = jnp.concatenate([start, start[1] + jnp.cumsum(slope)])
+    with numpyro.plate("points", y.shape[0]):
+        numpyro.sample("y", dist.Normal(basis @ coef, sigma), obs=y)
+
+
 BLIND_MODELS = {
     entry.name: entry
     for entry in (
@@ -235,6 +409,36 @@ BLIND_MODELS = {
             gp_classification,
             (GPC_X, GPC_Y),
             "latent GP classifier, 40 points (simulated)",
+        ),
+        TextbookModel(
+            "hmm", hmm, (HMM_Y,), "two-state Gaussian HMM, forward algorithm, 200 points (simulated)"
+        ),
+        TextbookModel(
+            "hier_negbin",
+            hier_negbin,
+            (NEGBIN_GROUP, NEGBIN_X, NEGBIN_Y),
+            "negative binomial GLMM, 40 groups (simulated)",
+        ),
+        TextbookModel(
+            "dirichlet_hier",
+            dirichlet_hier,
+            (DIRICHLET_COUNTS,),
+            "hierarchical Dirichlet-multinomial (simulated)",
+        ),
+        TextbookModel(
+            "logistic_shrinkage",
+            logistic_shrinkage,
+            (SHRINK_X, SHRINK_Y),
+            "logistic regression, 50 features under one scale (simulated)",
+        ),
+        TextbookModel(
+            "measurement_error",
+            measurement_error,
+            (ME_X_OBS, ME_Y),
+            "errors-in-variables regression, 100 latent covariates (simulated)",
+        ),
+        TextbookModel(
+            "spline", spline, (SPLINE_BASIS, SPLINE_Y), "B-spline on a second-order random walk (simulated)"
         ),
     )
 }
