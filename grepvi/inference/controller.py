@@ -26,7 +26,8 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    other three stopped at the check, 45 steps). The leader continues from where its trial
    ended. On a model of fewer than ``EARLY_END_ELEMENTS`` elements where the trial keeps
    Adam, the natural rule takes over where Adam's first approach ends; a fall in its first
-   stage halves its step (``HANDOVER_HALVINGS`` times), and Adam resumes at the next
+   stage couples its locations where their Hessian says so (a stiff direction across them),
+   else halves its step (``HANDOVER_HALVINGS`` times), and Adam resumes at the next
    (:func:`_handover_candidate`).
 1. **Approach.** Windows of ``window`` steps at step ``rho``. After each, the median ELBO is
    kept; the iterates are stationary when a regression of the last (up to 8) medians on
@@ -1042,6 +1043,16 @@ def _stage_update(
     fell = window.good < 0.5 * window.steps or _collapsed(window) or _fell_below_best(state, window)
     mean_params = _as_host(summary.mean_params)
     if fell and _handed_over_first_stage(state):
+        if couple is not None and linear and int(state.coupled) == 0:
+            # a stiff direction across the locations (the natural step unstable along it):
+            # Newton's coupled step from the best window's mean, at the same step
+            coupled_loop = couple(state.best_state)
+            if coupled_loop is not None:
+                restored = select(coupled_loop, int(state.candidate), rho, repeats)
+                state = state._replace(
+                    phase=_i(APPROACH), coupled=_i(1), restarts=_i(int(state.restarts) + 1)
+                )
+                return _new_stage_statistics(state), restored._replace(rng_key=loop_state.rng_key)
         if rho > base * 2.0**-HANDOVER_HALVINGS:  # its step halved first, as any rule's fall
             restored = select(state.best_state, int(state.candidate), rho / 2.0, repeats)
             state = state._replace(
