@@ -108,10 +108,11 @@ def test_no_handover_to_a_natural_rule_that_diverged_in_the_trial():
 
 
 def test_a_natural_rule_that_falls_after_taking_over_halves_its_step_first():
-    """A fall in the natural rule's first stage after the handover is first read as its step
-    (a stiff direction across many elements: a soft sum-to-zero constraint on 60 CAR effects
-    made the natural step at 0.1 unstable where 0.0125 converged): the best window's mean
-    iterate at half the step, the rule kept, up to ``HANDOVER_HALVINGS`` times."""
+    """Where its locations are not coupled (here: no coupler), a fall in the natural rule's
+    first stage after the handover is first read as its step (a stiff direction across many
+    elements: a soft sum-to-zero constraint on 60 CAR effects made the natural step at 0.1
+    unstable where 0.0125 converged): the best window's mean iterate at half the step, the
+    rule kept, up to ``HANDOVER_HALVINGS`` times."""
     state, loop, kwargs = _setup()
     state, loop = _approach(*_trial(state, loop, kwargs), kwargs)
     natural = kwargs["candidates"][1].step_size
