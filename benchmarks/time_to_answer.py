@@ -263,7 +263,7 @@ def main(argv=None):
     parser.add_argument("--json", help="also write every record to this file")
     parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument(
-        "--blind", action="store_true", help="the twelve of blind_models.py (without --models)"
+        "--blind", action="store_true", help="the thirteen of blind_models.py (without --models)"
     )
     args = parser.parse_args(argv)
     if args.worker:
