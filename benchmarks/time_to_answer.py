@@ -14,6 +14,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --held-out            # the twelve of held_out_models.py
     python benchmarks/time_to_answer.py --examples            # the eight of example_models.py
     python benchmarks/time_to_answer.py --supports            # the eleven of support_models.py
+    python benchmarks/time_to_answer.py --blind               # the thirteen of blind_models.py
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
