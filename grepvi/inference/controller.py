@@ -1006,6 +1006,13 @@ def _runner_up(state: ControllerState, candidates) -> int | None:
     return max(scores)[1] if scores else None
 
 
+def _restarted(state: ControllerState, start, loop_state, **changes) -> tuple[ControllerState, Any]:
+    """A new approach from ``start`` after a fall (the run's current RNG key, the restart
+    counted, the stage's statistics cleared), with ``changes`` to the controller's state."""
+    state = state._replace(phase=_i(APPROACH), restarts=_i(int(state.restarts) + 1), **changes)
+    return _new_stage_statistics(state), start._replace(rng_key=loop_state.rng_key)
+
+
 def _first_after_trial(state: ControllerState) -> bool:
     """The window is the first of the approach that follows the trial (no restart, no stage
     ended, no window recorded yet), and the trial ran."""
@@ -1043,22 +1050,17 @@ def _stage_update(
     fell = window.good < 0.5 * window.steps or _collapsed(window) or _fell_below_best(state, window)
     mean_params = _as_host(summary.mean_params)
     if fell and _handed_over_first_stage(state):
+        coupled_loop = None
         if couple is not None and linear and int(state.coupled) == 0:
             # a stiff direction across the locations (the natural step unstable along it):
             # Newton's coupled step from the best window's mean, at the same step
             coupled_loop = couple(state.best_state)
-            if coupled_loop is not None:
-                restored = select(coupled_loop, int(state.candidate), rho, repeats)
-                state = state._replace(
-                    phase=_i(APPROACH), coupled=_i(1), restarts=_i(int(state.restarts) + 1)
-                )
-                return _new_stage_statistics(state), restored._replace(rng_key=loop_state.rng_key)
+        if coupled_loop is not None:
+            start = select(coupled_loop, int(state.candidate), rho, repeats)
+            return _restarted(state, start, loop_state, coupled=_i(1))
         if rho > base * 2.0**-HANDOVER_HALVINGS:  # its step halved first, as any rule's fall
-            restored = select(state.best_state, int(state.candidate), rho / 2.0, repeats)
-            state = state._replace(
-                phase=_i(APPROACH), step_size=_f(rho / 2.0), restarts=_i(int(state.restarts) + 1)
-            )
-            return _new_stage_statistics(state), restored._replace(rng_key=loop_state.rng_key)
+            start = select(state.best_state, int(state.candidate), rho / 2.0, repeats)
+            return _restarted(state, start, loop_state, step_size=_f(rho / 2.0))
         return _hand_back(state, loop_state, select)
     runner_up = _runner_up(state, candidates) if fell and candidates and _first_after_trial(state) else None
     if runner_up is not None or (fell and rho > base * 2.0**-12):
@@ -1069,14 +1071,8 @@ def _stage_update(
         # ran as long without falling, goes on from the kept rule's trial state instead.
         candidate = int(state.candidate) if runner_up is None else runner_up
         rho = rho / 2.0 if runner_up is None else candidates[runner_up].step_size
-        restored = select(state.best_state, candidate, rho, repeats)._replace(rng_key=loop_state.rng_key)
-        state = state._replace(
-            phase=_i(APPROACH),
-            candidate=_i(candidate),
-            step_size=_f(rho),
-            restarts=_i(int(state.restarts) + 1),
-        )
-        return _new_stage_statistics(state), restored
+        start = select(state.best_state, candidate, rho, repeats)
+        return _restarted(state, start, loop_state, candidate=_i(candidate), step_size=_f(rho))
     if window.median > best:
         # The window's mean iterate, not its last: an instability that starts at the end of
         # the best window (seen on the Olivetti DEF with Adam) must not be what a fall restores.
@@ -1263,16 +1259,9 @@ def _hand_back(state: ControllerState, loop_state, select):
     resumes, at its step then, from the best window's mean iterate (its own inner state as it
     left it), and the run goes on as if there had been no handover."""
     candidate, rho = int(state.handed_from), float(state.handed_step)
-    restored = select(state.best_state, candidate, rho, 1)._replace(rng_key=loop_state.rng_key)
-    state = state._replace(
-        handed_over=_i(-1),
-        candidate=_i(candidate),
-        step_size=_f(rho),
-        repeats=_i(1),
-        phase=_i(APPROACH),
-        restarts=_i(int(state.restarts) + 1),
-    )
-    return _new_stage_statistics(state), restored
+    start = select(state.best_state, candidate, rho, 1)
+    changes = dict(handed_over=_i(-1), candidate=_i(candidate), step_size=_f(rho), repeats=_i(1))
+    return _restarted(state, start, loop_state, **changes)
 
 
 # the natural rule's step halvings in its first stage after a handover before it hands back

@@ -188,9 +188,10 @@ def _uncoupled(size: int) -> tuple:
 
 def couple(tree: Any, matrix, hessian) -> Any:
     """``tree`` with every switch's natural rule stepping its covered locations coupled by
-    ``matrix`` (``K``, the floored ``(-H)^{-1}``: :func:`grepvi.optim.coupling.
-    coupling_from_hessian`) and the step's estimate of their gradient taking ``hessian`` (the
-    log joint's, there) as its control variate (:func:`grepvi.estimators.grep.path_entropy_correction`)."""
+    ``matrix`` (``K``, the floored ``(-H)^{-1}`` of
+    :func:`grepvi.optim.coupling.coupling_from_hessian`) and the step's estimate of their
+    gradient taking ``hessian`` (the log joint's, there) as its control variate
+    (:func:`grepvi.estimators.grep.path_entropy_correction`)."""
 
     def set_one(node):
         if not _is_switch(node) or node.coupled is None:
