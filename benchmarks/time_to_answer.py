@@ -15,6 +15,12 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --examples            # the eight of example_models.py
     python benchmarks/time_to_answer.py --supports            # the eleven of support_models.py
     python benchmarks/time_to_answer.py --blind               # the thirteen of blind_models.py
+    python benchmarks/time_to_answer.py --same-process --contenders nuts svi grepvi
+
+``--same-process`` runs a model's contenders one after another in one process (in the order
+of ``--contenders``), as a user comparing them in one script does: a later contender finds
+JAX's backend up and NumPyro's eager operations compiled (``process`` is then the time since
+the process started, cumulative).
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -59,17 +65,33 @@ EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters", "grepvi-quadra
 ELBO_DRAWS = 20_000
 
 
-def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
+def _worker(contenders: str, model_name: str, out: str, seed: int) -> None:
+    """Runs the contenders (comma-separated) one after another in this process, then scores
+    each answer (after every clock has stopped: the scoring turns on float64)."""
     start_process = float(os.environ.get("TIME_TO_ANSWER_T0", time.time()))
-    import warnings
-
     import jax
-    import numpy as np
 
     sys.path.insert(0, str(HERE))
     from textbook_models import ALL_MODELS
 
     entry = ALL_MODELS[model_name]
+    fitted = []
+    for contender in contenders.split(","):
+        record, answer = _fit(contender, entry, model_name, seed)
+        record["process"] = time.time() - start_process
+        fitted.append((record, answer))
+    jax.config.update("jax_enable_x64", True)
+    records = [_score(record, answer, entry, seed) for record, answer in fitted]
+    Path(out).write_text(json.dumps(records))
+
+
+def _fit(contender: str, entry, model_name: str, seed: int):
+    """``(record, answer)``: one contender's fit of ``entry``, timed from the model and data in
+    hand to the answer."""
+    import warnings
+
+    import jax
+
     args = tuple(jax.numpy.asarray(a) for a in entry.args)
     record = {"contender": contender, "model": model_name}
     if contender.startswith("grepvi"):
@@ -131,10 +153,15 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
         answer = ("nuts", samples)
     else:
         raise SystemExit(f"unknown contender {contender!r}")
-    record["process"] = time.time() - start_process
+    return record, answer
 
-    # --- accuracy, after the clock -------------------------------------------------------
-    jax.config.update("jax_enable_x64", True)
+
+def _score(record, answer, entry, seed: int) -> dict:
+    """``record`` with the answer's posterior means (NUTS: and sd) and, for a variational
+    answer, the shared ELBO estimate (float64, after every clock)."""
+    import jax
+    import numpy as np
+
     widen = lambda a: np.asarray(a, np.float64) if np.issubdtype(np.asarray(a).dtype, np.floating) else a  # noqa: E731
     args64 = tuple(jax.numpy.asarray(widen(a)) for a in entry.args)  # index arrays stay integers
     kind, value = answer
@@ -145,7 +172,7 @@ def _worker(contender: str, model_name: str, out: str, seed: int) -> None:
         draws, log_q, means = _q_draws(kind, value, entry, args64, jax.random.key(seed + 1))
         record["mean"] = {k: np.asarray(v).ravel().tolist() for k, v in means.items()}
         record["elbo"], record["elbo_se"] = _shared_elbo(entry.model, args64, draws, log_q)
-    Path(out).write_text(json.dumps(record))
+    return record
 
 
 def _q_draws(kind, value, entry, args, rng_key):
@@ -207,6 +234,8 @@ def _shared_elbo(model, args, draws, log_q):
 
 
 def _run(contender, model, seed):
+    """One subprocess for ``contender`` (or several, comma-separated: one process, run in
+    that order); its records (a list for several)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "record.json"
         # a fresh, empty compilation cache for each contender: every program is compiled
@@ -219,8 +248,11 @@ def _run(contender, model, seed):
         completed = subprocess.run(command, env=env, capture_output=True, text=True)
         if completed.returncode != 0:
             print(completed.stderr[-3000:], file=sys.stderr)
-            return {"contender": contender, "model": model, "error": completed.returncode}
-        return json.loads(out.read_text())
+            code = completed.returncode
+            failed = [{"contender": c, "model": model, "error": code} for c in contender.split(",")]
+            return failed if "," in contender else failed[0]
+        records = json.loads(out.read_text())
+        return records if "," in contender else records[0]
 
 
 def _distance(record, reference):
@@ -265,6 +297,11 @@ def main(argv=None):
     parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--blind", action="store_true", help="the thirteen of blind_models.py (without --models)"
+    )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="every contender of a model in one process, in the order of --contenders",
     )
     args = parser.parse_args(argv)
     if args.worker:
@@ -311,7 +348,11 @@ def main(argv=None):
 
     records = []
     for model in args.models:
-        results = {c: _run(c, model, args.seed) for c in args.contenders}
+        if args.same_process:  # one process, the contenders one after another in the order given
+            together = _run(",".join(args.contenders), model, args.seed)
+            results = {record["contender"]: record for record in together}
+        else:
+            results = {c: _run(c, model, args.seed) for c in args.contenders}
         reference = results.get("nuts") or _run("nuts", model, args.seed)
         records.extend(results.values())
         print(f"\n{model}: {ALL_MODELS[model].description}")

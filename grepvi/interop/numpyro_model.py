@@ -618,7 +618,8 @@ def _log_space_log_prob(fn, u, space):
     closed form, where ``fn`` allows it: exact where ``z = exp(u)`` underflows (a gamma draw of
     shape 0.1 below 1e-38). ``None``: evaluate ``fn.log_prob`` at ``z``."""
     import numpyro.distributions as dist
-    from jax.scipy.special import betaln, gammaln
+
+    from grepvi.numerics import betaln, gammaln
 
     fn, event_sum = _unwrapped(fn)
     value = None
