@@ -222,9 +222,75 @@ def _gammaln_jvp(primals, tangents):
     return _gammaln(x), _digamma(x) * tangent
 
 
+_STIRLING = 8.0  # arguments from which the differences below use Stirling's series
+
+
 def betaln(a, b):
-    """log B(a, b) = log Gamma(a) + log Gamma(b) - log Gamma(a + b)."""
-    return gammaln(a) + gammaln(b) - gammaln(a + b)
+    """``log B(a, b) = log Gamma(a) + log Gamma(b) - log Gamma(a + b)`` for ``a, b > 0``.
+
+    Where the larger argument ``h`` is at least 8, ``log Gamma(h) - log Gamma(h + l)`` is
+    Stirling's series of the difference, ``-(h - 1/2) log1p(l / h) - l log(h + l) + l + s(h) -
+    s(h + l)`` with ``s(x) = 1/(12x) - 1/(360x^3) + 1/(1260x^5)``: the sum of three log-gammas
+    loses ``log10(log Gamma(h))`` digits there (a negative binomial's ``B(r, k + 1)`` at
+    ``k = 10^4``: 5 of float32's 7). Its derivative in each argument ``x`` is ``psi(x) -
+    psi(a + b)``, by the same series (:func:`_betaln_partial`).
+
+    A fraction of ``jax.scipy.special.betaln``'s cost: XLA compiles that one (the accurate
+    algorithm of ``scipy``'s ``betaln``) into hundreds of operations an element with its
+    gradient; a NumPyro negative-binomial GLMM's default step took 5.4 ms with it at 55
+    draws, 0.9 ms with this one (``docs/performance.md``, forty-seventh session).
+    """
+    a, b = jnp.broadcast_arrays(_as_float(a), _as_float(b))
+    return _betaln(a, b)
+
+
+def _log_gamma_difference(x, y):
+    """``log Gamma(x) - log Gamma(x + y)`` for ``x >= 8``, ``0 < y <= x`` (Stirling's series)."""
+    total = x + y
+
+    def s(z):
+        inv = 1.0 / z
+        inv2 = inv * inv
+        return inv * (1.0 / 12 - inv2 * (1.0 / 360 - inv2 / 1260))
+
+    return -(x - 0.5) * jnp.log1p(y / x) - y * jnp.log(total) + y + (s(x) - s(total))
+
+
+def _digamma_difference(x, y):
+    """``psi(x) - psi(x + y)`` for ``x >= 8``, ``y > 0`` (the asymptotic series of ``psi``)."""
+    total = x + y
+
+    def tail(z):  # psi(z) - log(z)
+        inv = 1.0 / z
+        inv2 = inv * inv
+        return -0.5 * inv - inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 / 252))
+
+    return -jnp.log1p(y / x) + (tail(x) - tail(total))
+
+
+@jax.custom_jvp
+def _betaln(a, b):
+    low, high = jnp.minimum(a, b), jnp.maximum(a, b)
+    large = high >= _STIRLING
+    safe_high = jnp.where(large, high, _STIRLING)
+    safe_low = jnp.where(large, low, 1.0)
+    stirling = _gammaln(safe_low) + _log_gamma_difference(safe_high, safe_low)
+    return jnp.where(large, stirling, _gammaln(a) + _gammaln(b) - _gammaln(a + b))
+
+
+def _betaln_partial(x, other):
+    """``d log B(x, other) / dx = psi(x) - psi(x + other)``, without cancellation: shifted by
+    ``psi(x) = psi(x + 8) - sum_i 1 / (x + i)``, the differences of the reciprocals written as
+    ``y / ((x + i) (x + i + y))``, and :func:`_digamma_difference` at ``x + 8``."""
+    shift = int(_STIRLING)
+    recurrence = sum(other / ((x + i) * (x + i + other)) for i in range(shift))
+    return _digamma_difference(x + shift, other) - recurrence
+
+
+@_betaln.defjvp
+def _betaln_jvp(primals, tangents):
+    (a, b), (da, db) = primals, tangents
+    return _betaln(a, b), _betaln_partial(a, b) * da + _betaln_partial(b, a) * db
 
 
 def log_tiny(dtype):
