@@ -238,7 +238,9 @@ def betaln(a, b):
     A fraction of ``jax.scipy.special.betaln``'s cost: XLA compiles that one (the accurate
     algorithm of ``scipy``'s ``betaln``) into hundreds of operations an element with its
     gradient; a NumPyro negative-binomial GLMM's default step took 5.4 ms with it at 55
-    draws, 0.9 ms with this one (``docs/performance.md``, forty-seventh session).
+    draws, 1.4 ms with this one (``docs/performance.md``, forty-seventh session). Float32
+    error over arguments 1e-3 to 1e5: 7e-7 relative in the value, 3e-5 in the gradient
+    (``tests/test_math.py``).
     """
     a, b = jnp.broadcast_arrays(_as_float(a), _as_float(b))
     return _betaln(a, b)

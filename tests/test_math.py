@@ -69,3 +69,20 @@ def test_gammaln_and_betaln_match_scipy():
         b64 = np.asarray(numerics.betaln(jnp.asarray(X, jnp.float64), 0.5))
     np.testing.assert_allclose(got64, expected, rtol=1e-10, atol=1e-11)
     np.testing.assert_allclose(b64, special.betaln(X, 0.5), rtol=1e-9, atol=1e-10)
+
+
+def test_betaln_in_float32_keeps_its_digits_at_large_arguments():
+    """Where ``log Gamma(a) + log Gamma(b) - log Gamma(a + b)`` cancels (an argument of 1e4:
+    terms of 1e5 for a result of 1e1), the value and both partial derivatives keep float32's
+    precision: Stirling's series of the difference, digamma differences without cancellation."""
+    grid = np.array([1e-3, 0.05, 0.5, 3.0, 7.9, 8.0, 30.0, 1e3, 1e4, 1e5])
+    a, b = (m.ravel() for m in np.meshgrid(grid, grid))
+    value = np.asarray(numerics.betaln(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)), np.float64)
+    expected = special.betaln(a, b)
+    assert np.max(np.abs(value - expected) / np.maximum(np.abs(expected), 1.0)) < 2e-6
+    partials = jax.vmap(jax.grad(numerics.betaln, argnums=(0, 1)))(
+        jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+    )
+    for got, x in zip(partials, (a, b), strict=True):
+        exact = special.digamma(x) - special.digamma(a + b)
+        np.testing.assert_allclose(np.asarray(got, np.float64), exact, rtol=1e-4, atol=0)
