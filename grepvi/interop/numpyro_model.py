@@ -76,6 +76,7 @@ __all__ = [
     "family_support",
     "FAMILY_NAMES",
     "numpyro_modules",
+    "compact_special_functions",
     "split_arguments",
 ]
 
