@@ -350,16 +350,63 @@ def average_gradient_variance(per_sample_grads):
     return total / count
 
 
-def _mean_of_draws(grads, info, compute_variance: bool):
-    mean_grad = jax.tree_util.tree_map(lambda g: jnp.mean(g, 0), grads)
+MAX_UNUSABLE_SHARE = 0.25  # the most draws of a step left out of its average (else: skipped)
+
+
+def usable_draws(elbo, *per_draw):
+    """Which draws (the leading axis of ``elbo`` and of every leaf of ``per_draw``) have a
+    finite ELBO term and every floating component finite: a bool vector."""
+    usable = jnp.isfinite(elbo)
+    for leaf in (leaf for tree in per_draw for leaf in jax.tree_util.tree_leaves(tree)):
+        if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.ndim > 0:
+            usable = usable & jnp.all(jnp.isfinite(jnp.reshape(leaf, (leaf.shape[0], -1))), axis=1)
+    return usable
+
+
+def mean_of_usable(tree, usable, kept):
+    """The mean over the leading axis of every floating leaf of ``tree``: over the ``usable``
+    draws where ``kept`` (a bool scalar), else over every draw. Every draw usable: ``sum /
+    n``, bitwise ``jnp.mean``."""
+    count = jnp.where(kept, jnp.sum(usable), usable.shape[0])
+
+    def mean(leaf):
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            return jnp.mean(leaf, 0)
+        mask = jnp.reshape(usable | jnp.logical_not(kept), (-1,) + (1,) * (leaf.ndim - 1))
+        return jnp.sum(jnp.where(mask, leaf, jnp.zeros((), leaf.dtype)), 0) / count.astype(leaf.dtype)
+
+    return jax.tree_util.tree_map(mean, tree)
+
+
+def _mean_of_draws(grads, info, compute_variance: bool, statistics=None):
+    """The draws' mean gradient, ELBO (and statistics), without the draws where the model's
+    density or its gradient is not finite, up to ``MAX_UNUSABLE_SHARE`` of them: draws in a
+    corner of ``q`` where float32 overflows (a Weibull's ``(t / lambda)^k``) or where
+    autodiff gives ``0 * inf`` (``jnp.where(c, log1p(-cdf), log_prob)`` with ``cdf`` rounded
+    to 1 in the branch not taken). Left out, they do not void the step: a censored Weibull
+    regression, whose every step held such a draw at the start, stalled on them. Where more
+    are unusable, every draw is averaged: the step's mean is not finite and its guard skips
+    it, as before (``q`` itself is where the model fails: the widened gradient, the halved
+    step and the stall's error deal with that). ``extras["unusable_draws"]``: the fraction
+    left out (0 where none was)."""
+    usable = usable_draws(info.elbo, grads, statistics)
+    unusable = jnp.sum(jnp.logical_not(usable))  # counted in integers: a float mean of ones is not 1
+    kept = jnp.logical_and(unusable > 0, unusable <= int(MAX_UNUSABLE_SHARE * usable.shape[0]))
+    share = unusable.astype(jnp.float32) / usable.shape[0]
+    mean_grad = mean_of_usable(grads, usable, kept)
     extras = {key: jnp.mean(value, 0) for key, value in info.extras.items()}
+    extras["unusable_draws"] = jnp.where(kept, share, 0.0)
     if compute_variance:
         extras["gradient_variance"] = average_gradient_variance(grads)
-    return mean_grad, EstimateInfo(elbo=jnp.mean(info.elbo), extras=extras)
+    info = EstimateInfo(elbo=mean_of_usable(info.elbo, usable, kept), extras=extras)
+    if statistics is None:
+        return mean_grad, info
+    return mean_grad, info, mean_of_usable(statistics, usable, kept)
 
 
 def multi_sample(single, num_samples: int, compute_variance: bool):
-    """Averages a one-draw estimator over ``num_samples`` independent draws."""
+    """Averages a one-draw estimator over ``num_samples`` independent draws (those with a
+    finite gradient: :func:`_mean_of_draws`)."""
 
     def estimate(rng_key, params, target):
         if num_samples == 1 and not compute_variance:
@@ -374,15 +421,14 @@ def multi_sample(single, num_samples: int, compute_variance: bool):
 def multi_sample_carried(single, num_samples: int, compute_variance: bool):
     """:func:`multi_sample` of a carried estimate ``single(rng_key, params, target, state) ->
     (grad, info, statistics)`` (:class:`~grepvi.estimators.base.CarriedState`): the same state
-    for every draw, the draws' statistics averaged."""
+    for every draw, the draws' statistics averaged (over the draws kept for the gradient)."""
 
     def estimate(rng_key, params, target, state):
         if num_samples == 1 and not compute_variance:
             return single(rng_key, params, target, state)
         keys = jax.random.split(rng_key, num_samples)
         grads, info, statistics = jax.vmap(single, in_axes=(0, None, None, None))(keys, params, target, state)
-        grad, info = _mean_of_draws(grads, info, compute_variance and num_samples > 1)
-        return grad, info, jax.tree_util.tree_map(lambda s: jnp.mean(s, 0), statistics)
+        return _mean_of_draws(grads, info, compute_variance and num_samples > 1, statistics)
 
     return estimate
 

@@ -920,10 +920,38 @@ def _warn_skipped(trace: driver.TraceObserver, iterations: int, restarts: int, k
         )
 
 
+def _warn_unusable(arrays: dict) -> None:
+    """NonFiniteStepWarning for the draws left out of their steps' averages
+    (:func:`grepvi.estimators.grep._mean_of_draws`: a non-finite log density or gradient in a
+    corner of ``q``) in the steps the answer averages or a fixed schedule ran: how many steps
+    had them and what share of their draws. Left out on the way there (a broad ``q`` at the
+    start reaching where float32 overflows), they do not bear on the answer."""
+    share = arrays.get("unusable_draws")
+    if share is None or not np.any(share > 0):
+        return
+    answer = np.ones(share.shape, bool)
+    if "phase" in arrays:
+        phases = [controller.PHASES.index("average"), controller.PHASES.index("fixed")]
+        answer = np.isin(arrays["phase"], phases)
+    steps = share[answer & (share > 0)]
+    if steps.size:
+        warnings.warn(
+            f"{steps.size} step(s) left some gradient draws out of their average (at most "
+            f"{steps.max():.0%} of a step's draws, {steps.mean():.1%} on average): the model's log density "
+            "or its gradient was not finite there (float32 overflow in the tails of q, or a "
+            "jnp.where whose branch not taken is infinite: its gradient is NaN). The answer "
+            "stands if q's mass is away from there; a model that stays finite (clip, or the "
+            "double-where trick) avoids it",
+            NonFiniteStepWarning,
+            stacklevel=4,
+        )
+
+
 def _warn(
     trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool, kept: int | None
 ) -> None:
     _warn_skipped(trace, convergence.num_iterations, convergence.restarts, kept)
+    _warn_unusable(trace.arrays())
     if not fixed and not convergence.converged and convergence.reason != "interrupted":
         skipped = trace.skipped_on_path(kept)[0]
         skipped_note = f"; {skipped} step(s) had a non-finite gradient and were skipped" if skipped else ""
