@@ -8,7 +8,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --models claims_10k hierarchical_logistic   # two larger ones
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
-    python benchmarks/time_to_answer.py --corners             # the fifteen of corner_models.py
+    python benchmarks/time_to_answer.py --corners             # the twenty-three of corner_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
@@ -282,7 +282,7 @@ def main(argv=None):
         "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
     )
     parser.add_argument(
-        "--corners", action="store_true", help="the fifteen of corner_models.py (without --models)"
+        "--corners", action="store_true", help="the twenty-three of corner_models.py (without --models)"
     )
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")

@@ -978,6 +978,11 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         for name, family in chosen.items()
     }
     chosen = _better_starts(centred, chosen, joint, data)
+    medians = {  # a positive latent at its prior's median, where the model is not finite at the start
+        name: family if name in families else _positive_start(family, first[name])
+        for name, family in chosen.items()
+    }
+    chosen = _better_starts(medians, chosen, joint, data, only_off_nonfinite=True)
     if any(_is_mixture(site["fn"]) for site in first.values()):
         chosen = _searched_ordered_starts(chosen, joint, data, protected=set(families))
 
@@ -1056,7 +1061,7 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
     return results
 
 
-def _better_starts(median, zero, joint, data):
+def _better_starts(median, zero, joint, data, only_off_nonfinite: bool = False):
     """Of two starts of the latents (families that differ in their Gaussian ``init_loc`` alone:
     ``median``, the ordered latents at their prior's median, :func:`_ordered_start`, or the
     real-valued ones at their prior's centre, :func:`_centred_start`; and ``zero``, the start
@@ -1075,24 +1080,36 @@ def _better_starts(median, zero, joint, data):
     ordered = [name for name in median if median[name] is not zero[name]]
 
     @functools.partial(jax.jit, compiler_options=once_compiler_options())
-    def value(locs, data):  # the families differ in their start alone: one program for both
+    def value(starts, data):  # the families differ in their start alone: one program for both
         params = {name: family.init_params() for name, family in median.items()}  # staged, not op by op
-        params = {**params, **{name: {**params[name], "loc": locs[name]} for name in ordered}}
+        params = {**params, **{name: {**params[name], **starts[name]} for name in ordered}}
         return joint.logdensity_fn(inputs_at_means(params, median, True), data)
 
     scores = []
     for families in (median, zero):
-        locs = {  # NumPy: eager jnp ops each compile a program (0.35 s of them here)
-            name: np.broadcast_to(np.asarray(families[name].init_loc, np.float32), _loc_shape(families[name]))
-            for name in ordered
-        }
+        # NumPy: eager jnp ops each compile a program (0.35 s of them here)
+        starts = {name: _start_params(families[name]) for name in ordered}
         try:
-            scores.append(float(value(locs, data)))
+            scores.append(float(value(starts, data)))
         except Exception:  # noqa: BLE001 - a model that fails at a start: the check reports it
             scores.append(float("nan"))
+    if only_off_nonfinite and math.isfinite(scores[1]):
+        return zero
     if math.isfinite(scores[1]) and not scores[0] >= scores[1]:
         return zero
     return median
+
+
+def _start_params(family) -> dict:
+    """The parameters of ``family``'s start that :func:`_better_starts` compares, in NumPy: a
+    Gaussian's ``loc``, a Gamma's ``mean`` (its ``init_params``' inverse softplus)."""
+    if isinstance(family, Gamma):
+        mean = np.full(family.shape, family.init_mean - family.min_mean, np.float32)
+        # numerics.inverse_softplus, in NumPy
+        return {
+            "mean": np.where(mean > 20.0, mean, np.log(np.expm1(np.minimum(mean, 20.0)))).astype(np.float32)
+        }
+    return {"loc": np.broadcast_to(np.asarray(family.init_loc, np.float32), _loc_shape(family))}
 
 
 # A mixture's ordered latent's start is searched (:func:`_searched_ordered_starts`) from the
@@ -1233,6 +1250,24 @@ def _centred_start(family, site):
     return dataclasses.replace(family, init_loc=centre)
 
 
+def _positive_start(family, site):
+    """``family`` (a :class:`~grepvi.Gamma` on a positive site) started at its site's prior
+    median (:func:`_positive_center`) where that is finite, positive and one number for the
+    whole site (else as it was). Used only where the model is not finite at the default start
+    (:func:`from_numpyro`): a one-compartment oral dose's concentration divides by ``ka - ke``,
+    0 where both rates start at 1; NumPyro's ``init_to_median`` starts ``ke`` at its prior's
+    median, 0.14, and so does this."""
+    centre = site.get("prior_center")
+    if centre is None or type(family) is not Gamma:
+        return family
+    centre = np.asarray(centre, np.float64)
+    if centre.size == 0 or not np.all(np.isfinite(centre)) or not np.all(centre > 0):
+        return family
+    if not np.all(centre == centre.flat[0]) or not centre.flat[0] > family.min_mean:
+        return family
+    return dataclasses.replace(family, init_mean=float(centre.flat[0]))
+
+
 def _ordered_start(family, site):
     """``family`` (a :class:`TransformedNormal` on an ordered vector) started at the unconstrained
     image of its site's prior median, where that is finite (else as it was).
@@ -1277,12 +1312,53 @@ def _eager_trace(trace_model, data, seed):
 
 def _prior_centres(trace_model, data, seed) -> dict:
     """The real-valued latent sites' prior centres (:func:`_prior_center_or_uniform`, one run
-    of the model), or none where that run fails (the sites keep their default start)."""
+    of the model), and the positive ones' (:func:`_positive_center`, recorded in the same run
+    where their values stay :func:`_uniform_or_prior`'s), or none where that run fails (the
+    sites keep their default start)."""
+    positive = {}
+
+    def substitute(site):
+        if _positive(site):
+            try:
+                positive[site["name"]] = _positive_center(site)
+            except Exception:  # noqa: BLE001 - that site keeps its default start, the others their centres
+                pass
+        return _prior_center_or_uniform(site)
+
     try:
-        centred = _sample_sites(trace_model({}, data, seed, _prior_center_or_uniform))
+        centred = _sample_sites(trace_model({}, data, seed, substitute))
     except Exception:  # noqa: BLE001 - a model that cannot run at its centres: the old start
         return {}
-    return {name: site["value"] for name, site in centred.items() if _real_valued(site)}
+    return {**positive, **{name: site["value"] for name, site in centred.items() if _real_valued(site)}}
+
+
+def _positive(site) -> bool:
+    """A latent site whose support is the positive half-line (elementwise)."""
+    from numpyro.distributions import constraints
+
+    if site.get("type") != "sample" or site.get("is_observed", True):
+        return False
+    support = _site_support(site["fn"])
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support in (constraints.positive, constraints.softplus_positive, constraints.nonnegative)
+
+
+def _positive_center(site):
+    """A positive site's prior median given the sites before it (its mean where the median is
+    not finite; 1 where neither is), as NumPyro's ``init_to_median``. Staged."""
+    fn = site["fn"]
+    shape = tuple(fn.shape(site["kwargs"].get("sample_shape", ())))
+    candidates = []
+    for centre in (lambda: fn.mean, lambda: fn.icdf(jnp.full(shape, 0.5))):
+        try:
+            candidates.append(jnp.broadcast_to(jnp.asarray(centre(), jnp.float32), shape))
+        except Exception:  # noqa: BLE001 - a distribution without it (NotImplementedError and kin)
+            continue
+    value = jnp.ones(shape, jnp.float32)
+    for candidate in candidates:
+        value = jnp.where(jnp.isfinite(candidate) & (candidate > 0), candidate, value)
+    return value
 
 
 def _base_name(fn) -> str:
