@@ -206,7 +206,15 @@ def _q_draws(kind, value, entry, args, rng_key):
     from numpyro import handlers
     from numpyro.distributions.transforms import biject_to
 
-    trace = handlers.trace(handlers.seed(entry.model, 0)).get_trace(*args)
+    def at_loc(site):  # the guide's location, not a prior draw (an ImproperUniform has none)
+        loc = value.get(f"{site['name']}_auto_loc")
+        return (
+            None if loc is None else biject_to(site["fn"].support)(jnp.asarray(np.asarray(loc, np.float64)))
+        )
+
+    trace = handlers.trace(
+        handlers.substitute(handlers.seed(entry.model, 0), substitute_fn=at_loc)
+    ).get_trace(*args)
     draws, log_q, means = {}, 0.0, {}
     latent = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]]
     keys = jax.random.split(rng_key, len(latent))
