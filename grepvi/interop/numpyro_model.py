@@ -743,16 +743,37 @@ def _site_support(fn):
     return fn.support
 
 
+def _latent_support(site):
+    """A latent site's elementwise support (under ``independent``), None for any other site."""
+    from numpyro.distributions import constraints
+
+    if site.get("type") != "sample" or site.get("is_observed", True):
+        return None
+    support = _site_support(site["fn"])
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    return support
+
+
 def _real_valued(site) -> bool:
     """A latent site whose support is the real line (elementwise)."""
     from numpyro.distributions import constraints
 
-    if site.get("type") != "sample" or site.get("is_observed", True):
-        return False
-    support = _site_support(site["fn"])
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    return support is constraints.real
+    return _latent_support(site) is constraints.real
+
+
+def _centre_candidates(site) -> tuple:
+    """``(shape, [mean, median])`` of a site's distribution, those it has, as float32 arrays of
+    the site's shape (staged)."""
+    fn = site["fn"]
+    shape = tuple(fn.shape(site["kwargs"].get("sample_shape", ())))
+    candidates = []
+    for centre in (lambda: fn.mean, lambda: fn.icdf(jnp.full(shape, 0.5))):
+        try:
+            candidates.append(jnp.broadcast_to(jnp.asarray(centre(), jnp.float32), shape))
+        except Exception:  # noqa: BLE001 - a distribution without it (NotImplementedError and kin)
+            continue
+    return shape, candidates
 
 
 def _prior_center_or_uniform(site):
@@ -763,14 +784,7 @@ def _prior_center_or_uniform(site):
     first finite chosen elementwise."""
     if not _real_valued(site):
         return _uniform_or_prior(site)
-    fn = site["fn"]
-    shape = tuple(fn.shape(site["kwargs"].get("sample_shape", ())))
-    candidates = []
-    for centre in (lambda: fn.mean, lambda: fn.icdf(jnp.full(shape, 0.5))):
-        try:
-            candidates.append(jnp.broadcast_to(jnp.asarray(centre(), jnp.float32), shape))
-        except Exception:  # noqa: BLE001 - a distribution without it (NotImplementedError and kin)
-            continue
+    shape, candidates = _centre_candidates(site)
     value = jnp.zeros(shape, jnp.float32)
     for candidate in reversed(candidates):
         value = jnp.where(jnp.isfinite(candidate), candidate, value)
@@ -1336,25 +1350,17 @@ def _positive(site) -> bool:
     """A latent site whose support is the positive half-line (elementwise)."""
     from numpyro.distributions import constraints
 
-    if site.get("type") != "sample" or site.get("is_observed", True):
-        return False
-    support = _site_support(site["fn"])
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    return support in (constraints.positive, constraints.softplus_positive, constraints.nonnegative)
+    return _latent_support(site) in (
+        constraints.positive,
+        constraints.softplus_positive,
+        constraints.nonnegative,
+    )
 
 
 def _positive_center(site):
     """A positive site's prior median given the sites before it (its mean where the median is
     not finite; 1 where neither is), as NumPyro's ``init_to_median``. Staged."""
-    fn = site["fn"]
-    shape = tuple(fn.shape(site["kwargs"].get("sample_shape", ())))
-    candidates = []
-    for centre in (lambda: fn.mean, lambda: fn.icdf(jnp.full(shape, 0.5))):
-        try:
-            candidates.append(jnp.broadcast_to(jnp.asarray(centre(), jnp.float32), shape))
-        except Exception:  # noqa: BLE001 - a distribution without it (NotImplementedError and kin)
-            continue
+    shape, candidates = _centre_candidates(site)
     value = jnp.ones(shape, jnp.float32)
     for candidate in candidates:
         value = jnp.where(jnp.isfinite(candidate) & (candidate > 0), candidate, value)
