@@ -17,7 +17,7 @@ is not installed.
 import jax
 import numpy as np
 
-__all__ = ["to_inference_data", "psis_pareto_k"]
+__all__ = ["to_inference_data", "posterior_draws", "psis_pareto_k"]
 
 
 def _arviz():
@@ -32,7 +32,19 @@ def _arviz():
     return arviz
 
 
-def to_inference_data(result, num_draws: int = 1000, seed: int = 0, latent_axes=None, observed=None):
+def posterior_draws(result, num_draws: int, seed: int) -> dict:
+    """``num_draws`` draws of every latent of a :class:`~grepvi.FitResult`'s ``q``, one key per
+    latent (split from ``seed``, in the latents' sorted order)."""
+    keys = jax.random.split(jax.random.key(seed), len(result.posterior))
+    return {
+        name: result.posterior[name].sample(key, num_draws)
+        for key, name in zip(keys, sorted(result.posterior), strict=True)
+    }
+
+
+def to_inference_data(
+    result, num_draws: int = 1000, seed: int = 0, latent_axes=None, observed=None, deterministic=None
+):
     """``InferenceData`` of a :class:`~grepvi.FitResult` (draws from ``q``, ELBO trace).
 
     Args:
@@ -42,13 +54,17 @@ def to_inference_data(result, num_draws: int = 1000, seed: int = 0, latent_axes=
       latent_axes: ``{latent: axis names}`` (a model's ``latent_axes``, a NumPyro model's
         ``{site: info.axes}``); other latents get ArviZ's default dims.
       observed: ``{name: array}`` of observations for the ``observed_data`` group.
+      deterministic: the :class:`~grepvi.interop.numpyro_model.NumPyroModel` the result was
+        fitted from: its ``numpyro.deterministic`` sites join the ``posterior`` group, computed
+        at the same draws (:meth:`NumPyroModel.deterministic`).
     """
     az = _arviz()
-    keys = jax.random.split(jax.random.key(seed), len(result.posterior))
     posterior = {
-        name: np.asarray(result.posterior[name].sample(key, num_draws))[None]
-        for key, name in zip(keys, sorted(result.posterior), strict=True)
+        name: np.asarray(draws)[None] for name, draws in posterior_draws(result, num_draws, seed).items()
     }
+    if deterministic is not None:  # the model's deterministic sites at the same draws
+        values = deterministic.deterministic(result, num_draws, seed)
+        posterior.update({name: value[None] for name, value in values.items() if name not in posterior})
     dims = {}
     for name, axes in dict(latent_axes or {}).items():
         if name in posterior and len(axes) == posterior[name].ndim - 2:

@@ -144,6 +144,23 @@ class NumPyroModel(NamedTuple):
     logdensity_fn: Callable
     local_logdensity_fn: Callable
     subsampled: dict = {}
+    # (latents, data) -> the model's numpyro.deterministic sites at those values (None: none)
+    deterministic_fn: Callable | None = None
+
+    def deterministic(self, result, num_draws: int = 1000, seed: int = 0) -> dict:
+        """Draws of the model's ``numpyro.deterministic`` sites under the fitted ``q``: the model
+        run at ``num_draws`` draws of every latent (the draws of
+        :func:`grepvi.interop.arviz_io.to_inference_data` with the same ``seed``; NumPyro's
+        ``Predictive`` with posterior samples). ``{}`` where the model has none."""
+        from grepvi.interop.arviz_io import posterior_draws
+
+        if self.deterministic_fn is None:
+            return {}
+        if self.subsampled:
+            raise ModelError("deterministic: not for a model with a subsampled plate (its sites see a batch)")
+        draws = posterior_draws(result, num_draws, seed)
+        values = jax.jit(jax.vmap(lambda z: self.deterministic_fn(z, self.data)))(draws)
+        return {name: np.asarray(value) for name, value in values.items()}
 
     @property
     def latent_axes(self) -> dict[str, tuple[str, ...]]:
@@ -1008,7 +1025,22 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         logdensity_fn=lambda latents, data: joint.logdensity_fn(to_inputs(latents), data),
         local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
         subsampled=subsampled,
+        deterministic_fn=_deterministic_fn(trace_model, first_trace),
     )
+
+
+def _deterministic_fn(trace_model, trace):
+    """``(latents, data) -> {site: value}`` of the model's ``numpyro.deterministic`` sites
+    (None where it has none)."""
+    names = [name for name, site in trace.items() if site["type"] == "deterministic"]
+    if not names:
+        return None
+
+    def values(latents, data):
+        run = trace_model(latents, data)
+        return {name: run[name]["value"] for name in names}
+
+    return values
 
 
 def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[tuple[dict, dict]]:
