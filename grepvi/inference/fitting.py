@@ -818,7 +818,7 @@ def _result(
     kept = (
         None if fixed or int(final.controller.phase) == controller.TRIAL else int(final.controller.candidate)
     )
-    _warn(trace, convergence, prepared.estimator, fixed, kept)
+    _warn(trace, convergence, prepared.estimator, fixed, kept, arrays)
     state = final.loop._replace(params=params)
     if stacked is not None:
         (params, state), target = _unstacked(stacked, (params, state)), original
@@ -948,10 +948,16 @@ def _warn_unusable(arrays: dict) -> None:
 
 
 def _warn(
-    trace: driver.TraceObserver, convergence: Convergence, estimator: Estimator, fixed: bool, kept: int | None
+    trace: driver.TraceObserver,
+    convergence: Convergence,
+    estimator: Estimator,
+    fixed: bool,
+    kept: int | None,
+    arrays: dict,
 ) -> None:
+    """The run's warnings; ``arrays``: the trace's columns (``trace.arrays()``, concatenated once)."""
     _warn_skipped(trace, convergence.num_iterations, convergence.restarts, kept)
-    _warn_unusable(trace.arrays())
+    _warn_unusable(arrays)
     if not fixed and not convergence.converged and convergence.reason != "interrupted":
         skipped = trace.skipped_on_path(kept)[0]
         skipped_note = f"; {skipped} step(s) had a non-finite gradient and were skipped" if skipped else ""

@@ -484,7 +484,7 @@ def _placed(base_family, where):
 # The shape of a positive site's gamma at the start (its mean is 1, or its prior's centre):
 # a coefficient of variation of 1 / sqrt(10) = 0.32, not the family's own default of 1 (an
 # exponential), whose draws of a logistic growth curve's rate reached r > 2, where the
-# recursion is chaotic: the fit climbed into a mode 37 nats below NUTS's and never
+# recursion is chaotic: the fit climbed into a mode 76 nats below NUTS's and never
 # converged, where from 10 it converged to NUTS's means (NumPyro's AutoNormal starts at
 # a scale of 0.1 in the log).
 START_CONCENTRATION = 10.0
@@ -1108,11 +1108,14 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
 
 
 def _better_starts(median, zero, joint, data, only_off_nonfinite: bool = False):
-    """Of two starts of the latents (families that differ in their Gaussian ``init_loc`` alone:
-    ``median``, the ordered latents at their prior's median, :func:`_ordered_start`, or the
-    real-valued ones at their prior's centre, :func:`_centred_start`; and ``zero``, the start
-    before), the one where the model's log joint at the families' initial means is higher
-    (``median`` on a tie, or where the model cannot be evaluated at ``zero``).
+    """Of two starts of the latents (families that differ in their start alone, a Gaussian's
+    ``init_loc`` or a Gamma's ``init_mean``: ``median``, the ordered latents at their prior's
+    median, :func:`_ordered_start`, the real-valued ones at their prior's centre,
+    :func:`_centred_start`, or the positive ones at their prior's median,
+    :func:`_positive_start`; and ``zero``, the start before), the one where the model's log
+    joint at the families' initial means is higher (``median`` on a tie, or where the model
+    cannot be evaluated at ``zero``). ``only_off_nonfinite``: ``median`` only where the log
+    joint at ``zero`` is not finite.
 
     Neither start knows the data: the prior's median spread a three-component mixture's
     locations over the data (from 0, 1 apart, its components merged), but put an ordered
@@ -1301,7 +1304,7 @@ def _positive_start(family, site):
     median (:func:`_positive_center`) where that is finite, positive and one number for the
     whole site (else as it was). Used only where the model is not finite at the default start
     (:func:`from_numpyro`): a one-compartment oral dose's concentration divides by ``ka - ke``,
-    0 where both rates start at 1; NumPyro's ``init_to_median`` starts ``ke`` at its prior's
+    NaN (0 / 0) where both rates start at 1; NumPyro's ``init_to_median`` starts ``ke`` at its prior's
     median, 0.14, and so does this."""
     centre = site.get("prior_center")
     if centre is None or type(family) is not Gamma:
