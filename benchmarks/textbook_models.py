@@ -385,6 +385,7 @@ def _all_models():
     from blind_models import BLIND_MODELS
     from classic_models import CLASSIC_MODELS
     from corner_models import CORNER_MODELS
+    from edge_models import EDGE_MODELS
     from example_models import EXAMPLE_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
     from held_out_models import HELD_OUT_MODELS
@@ -404,6 +405,7 @@ def _all_models():
         **SUPPORT_MODELS,
         **BLIND_MODELS,
         **CORNER_MODELS,
+        **EDGE_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

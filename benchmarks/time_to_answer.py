@@ -9,6 +9,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --fresh               # the ten of fresh_models.py
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
     python benchmarks/time_to_answer.py --corners             # the twenty-three of corner_models.py
+    python benchmarks/time_to_answer.py --edges               # the ten of edge_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
@@ -98,6 +99,7 @@ def _fit(contender: str, entry, model_name: str, seed: int):
     args = tuple(jax.numpy.asarray(a) for a in entry.args)
     record = {"contender": contender, "model": model_name}
     if contender.startswith("grepvi"):
+        import numpy as np
         import numpyro  # noqa: F401 - imported before the clock, as the peers' (a NumPyro user's model needs it)
         import numpyro.distributions  # noqa: F401
         from numpyro import handlers  # noqa: F401
@@ -133,6 +135,14 @@ def _fit(contender: str, entry, model_name: str, seed: int):
         record["iterations"] = int(result.convergence.num_iterations)
         record["climbs"] = int(result.convergence.climbs)
         record["coupled"] = bool(result.convergence.coupled)
+        record["control_variate"] = result.convergence.control_variate
+        extras = result.trace.extras
+        # the largest share of a step's draws left out of its average, and the steps skipped
+        record["most_unusable"] = float(np.max(extras["unusable_draws"], initial=0.0))
+        record["skipped"] = int(np.sum(extras.get("skipped", 0.0)))
+        # the longest wait between two windows: a second program compiled mid-run shows here
+        pauses = [later - earlier for earlier, later in zip(windows[:-1], windows[1:], strict=True)]
+        record["longest_pause"] = max(pauses, default=0.0)
         record["warnings"] = sorted({type(w.message).__name__ for w in caught})
         answer = ("grepvi", result)
     elif contender == "svi":
@@ -292,6 +302,7 @@ def main(argv=None):
     parser.add_argument(
         "--corners", action="store_true", help="the twenty-three of corner_models.py (without --models)"
     )
+    parser.add_argument("--edges", action="store_true", help="the ten of edge_models.py (without --models)")
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")
     parser.add_argument(
@@ -356,6 +367,10 @@ def main(argv=None):
         from corner_models import CORNER_MODELS
 
         args.models = list(CORNER_MODELS)
+    elif args.models is None and args.edges:
+        from edge_models import EDGE_MODELS
+
+        args.models = list(EDGE_MODELS)
     elif args.models is None and args.unseen:
         from unseen_models import UNSEEN_MODELS
 
@@ -394,6 +409,10 @@ def main(argv=None):
                 note += f", first window at {record['first_window']:.2f} s"
                 if record.get("coupled"):
                     note += ", coupled"
+                if record.get("control_variate"):
+                    note += f", {record['control_variate']} control variate"
+                if record.get("longest_pause", 0.0) > 0.5:
+                    note += f", a {record['longest_pause']:.2f} s pause between windows"
             times = f"{record['time']:>7.2f} {record['process']:>9.2f}"
             print(f"  {contender:<16} {times} {distance:>14} {elbo:>16}  {note}")
         ok = {c: r for c, r in results.items() if "error" not in r}

@@ -133,6 +133,17 @@ TRIAL_FRACTION = 0.2  # of a time budget left after compilation, at most, for th
 MIN_TRIAL_STEPS = 20  # per candidate; where fewer fit, the fallback candidate runs alone
 STALL_STEPS = 50  # skipped steps in a row that stop a fixed schedule with NumericalError
 STALL_WINDOWS = 3  # windows in a row without one finite step stop the run with NumericalError
+# The stall's error where every step's ELBO was finite: the model's value is finite at the
+# draws, its gradient is not. Leaving those draws out of a step (more than a quarter of them,
+# grepvi.estimators.grep.MAX_UNUSABLE_SHARE) biases it toward where they lie: an Emax curve
+# ``(dose / ed50) ** hill`` with a dose of 0 drifted into ``hill < 1`` at three quarters.
+_FINITE_VALUE_HINT = (
+    " The model's value was finite at every step, its gradient was not: an operation whose "
+    "derivative is infinite where the chain rule multiplies it by zero, e.g. (x / c) ** p at "
+    "x = 0 with p < 1 (its derivative in c is inf * 0 = NaN), or sqrt / log at 0 in a jnp.where's "
+    "branch not taken. Compute it only where its derivative is finite: jnp.where(x > 0, x, 1.0) "
+    "** p, then jnp.where(x > 0, that, 0.0)."
+)
 FALL_NATS = 2.0  # a window's median ELBO this far below the best (and FALL_FRACTION, 10 SE) is a fall
 FALL_FRACTION = 0.02  # of the best median's magnitude
 TAIL_FACTOR = 100.0  # a window's TAIL_QUANTILE this many magnitudes of the median below it: a collapse
@@ -849,6 +860,7 @@ def update(
             f"{stalled} windows in a row (up to iteration {int(state.iterations)}) had a non-finite "
             f"gradient at every step for latent(s) {latents}, with the step size halved to "
             f"{float(state.step_size):.3g}; the run has stalled. Check the model at the current parameters."
+            + (_FINITE_VALUE_HINT if np.all(np.isfinite(np.asarray(summary.elbo))) else "")
         )
     if phase == TRIAL:
         return _trial_update(state, window, loop_state, candidates, initial_state, select)
