@@ -206,9 +206,13 @@ def make_window(
         if key not in compiled:
             compiled[key] = _compile_in_thread(lowered_at(state, data), compiler_options or None)
 
+    def compiling():
+        return any(isinstance(c, concurrent.futures.Future) and not c.done() for c in compiled.values())
+
     window.length = length
     window.compile = compile_ahead
     window.compile_in_background = compile_in_background
+    window.compiling = compiling  # a background compilation still running
     window.jitted = jitted
     window.num_compiled = lambda: len(compiled)
     return window
