@@ -138,7 +138,7 @@ def _fit(contender: str, entry, model_name: str, seed: int):
         record["control_variate"] = result.convergence.control_variate
         extras = result.trace.extras
         # the largest share of a step's draws left out of its average, and the steps skipped
-        record["most_unusable"] = float(np.max(extras["unusable_draws"], initial=0.0))
+        record["most_unusable"] = float(np.max(extras.get("unusable_draws", 0.0), initial=0.0))
         record["skipped"] = int(np.sum(extras.get("skipped", 0.0)))
         # the longest wait between two windows: a second program compiled mid-run shows here
         pauses = [later - earlier for earlier, later in zip(windows[:-1], windows[1:], strict=True)]
