@@ -129,10 +129,15 @@ def _exact_posterior_moments(t, censored):
     )
     lik = np.where(censored[None, None, :], -z, log_density).sum(-1)
     log_post = lik + stats.lognorm(1.0).logpdf(k) + stats.gamma(2.0).logpdf(lam) + log_k + log_lam
+    return _grid_moments(log_post, k=k, lam=lam)
+
+
+def _grid_moments(log_post, **values):
+    """``{name: (mean, sd)}`` of each grid of ``values`` under the unnormalized ``log_post``."""
     w = np.exp(log_post - log_post.max())
     w /= w.sum()
     moments = {}
-    for name, x in (("k", k), ("lam", lam)):
+    for name, x in values.items():
         mean = (w * x).sum()
         moments[name] = (mean, np.sqrt((w * (x - mean) ** 2).sum()))
     return moments
@@ -192,14 +197,7 @@ def _exact_emax_moments(dose, y):
     curve = _EMAX_TOP * ratio / (1.0 + ratio)
     lik = stats.norm(curve, _EMAX_NOISE).logpdf(y[None, None, :]).sum(-1)
     prior = stats.lognorm(1.0, scale=10.0).logpdf(ed50) + stats.lognorm(0.5).logpdf(hill)
-    log_post = lik + prior + log_ed50 + log_hill
-    w = np.exp(log_post - log_post.max())
-    w /= w.sum()
-    moments = {}
-    for name, x in (("ed50", ed50), ("hill", hill)):
-        mean = (w * x).sum()
-        moments[name] = (mean, np.sqrt((w * (x - mean) ** 2).sum()))
-    return moments
+    return _grid_moments(lik + prior + log_ed50 + log_hill, ed50=ed50, hill=hill)
 
 
 def test_a_gradient_nan_where_the_value_is_finite_stops_with_the_cause_and_its_fix():
