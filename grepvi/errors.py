@@ -13,6 +13,7 @@ __all__ = [
     "NumericalError",
     "NonFiniteStepWarning",
     "FlatLatentWarning",
+    "ParamSiteWarning",
 ]
 
 
@@ -48,3 +49,9 @@ class FlatLatentWarning(RuntimeWarning):
     """The model's log density does not change with a latent at a draw of ``q``: it is
     piecewise constant in it (e.g. ``jnp.where`` on a comparison with the latent) or does not
     read it, and a gradient-based fit cannot place it."""
+
+
+class ParamSiteWarning(UserWarning):
+    """A NumPyro model has ``numpyro.param`` sites: :func:`~grepvi.interop.numpyro_model.from_numpyro`
+    holds them at their initial values (as NumPyro's MCMC does); NumPyro's SVI would optimize
+    them."""

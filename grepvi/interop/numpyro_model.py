@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grepvi.errors import ModelError
+from grepvi.errors import ModelError, ParamSiteWarning
 from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
 from grepvi.families.base import Family
 from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
@@ -884,6 +884,15 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
             "NumPyro documents obs_mask as not meant for MCMC either). Sample the missing entries as a "
             f"latent site of their own (e.g. {observed}_missing with the distribution of the entries "
             "where the mask is False) and observe the others"
+        )
+    held = sorted(name for name, site in first_trace.items() if site.get("type") == "param")
+    if held:
+        warnings.warn(
+            f"numpyro.param site(s) {held}: held at their initial values (as NumPyro's MCMC holds "
+            "them; NumPyro's SVI would optimize them, a point estimate). grepvi fits sample sites: "
+            "give such a quantity a prior with numpyro.sample to fit it, or pass it as data",
+            ParamSiteWarning,
+            stacklevel=2,
         )
     batch_shapes = {name: tuple(jnp.shape(first_log_probs[name])) for name in first}
     for name in sorted((set(first) ^ set(second)) | (set(first) ^ early_sites)):
