@@ -388,6 +388,7 @@ def _all_models():
     from edge_models import EDGE_MODELS
     from example_models import EXAMPLE_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
+    from frontier_models import FRONTIER_MODELS
     from held_out_models import HELD_OUT_MODELS
     from probe_models import PROBE_MODELS
     from support_models import SUPPORT_MODELS
@@ -406,6 +407,7 @@ def _all_models():
         **BLIND_MODELS,
         **CORNER_MODELS,
         **EDGE_MODELS,
+        **FRONTIER_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

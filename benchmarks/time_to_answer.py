@@ -10,6 +10,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --unseen              # the six of unseen_models.py
     python benchmarks/time_to_answer.py --corners             # the twenty-three of corner_models.py
     python benchmarks/time_to_answer.py --edges               # the ten of edge_models.py
+    python benchmarks/time_to_answer.py --frontier            # the twelve of frontier_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
@@ -303,6 +304,9 @@ def main(argv=None):
         "--corners", action="store_true", help="the twenty-three of corner_models.py (without --models)"
     )
     parser.add_argument("--edges", action="store_true", help="the ten of edge_models.py (without --models)")
+    parser.add_argument(
+        "--frontier", action="store_true", help="the twelve of frontier_models.py (without --models)"
+    )
     parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
     parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")
     parser.add_argument(
@@ -371,6 +375,10 @@ def main(argv=None):
         from edge_models import EDGE_MODELS
 
         args.models = list(EDGE_MODELS)
+    elif args.models is None and args.frontier:
+        from frontier_models import FRONTIER_MODELS
+
+        args.models = list(FRONTIER_MODELS)
     elif args.models is None and args.unseen:
         from unseen_models import UNSEEN_MODELS
 
