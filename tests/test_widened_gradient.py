@@ -1,5 +1,6 @@
 """A value-space model's gradient where float32 overflows (issue 23): recomputed in float64."""
 
+import importlib
 import warnings
 from typing import NamedTuple
 
@@ -69,6 +70,11 @@ def test_a_step_of_several_draws_widens(monkeypatch):
     # it failed ("lax.add requires arguments to have the same dtypes"). This case overflows
     # in a few steps of a window: widened from the first (the threshold is another test's).
     monkeypatch.setattr(driver, "WIDEN_WINDOW_FRACTION", 0.0)
+    # every draw averaged, as when this test was written: a step with one overflowing draw of
+    # its four is not finite (since the forty-eighth session such a draw is left out instead)
+    monkeypatch.setattr(importlib.import_module("grepvi.estimators.grep"), "MAX_UNUSABLE_SHARE", 0.0)
+    # and the shape's old exponential start (shape 10 since then: its draws never overflow)
+    monkeypatch.setattr(importlib.import_module("grepvi.interop.numpyro_model"), "START_CONCENTRATION", 1.0)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 4)).astype(np.float32)
     t = (np.exp(0.5 + x @ np.array([0.5, -0.3, 0.0, 0.2])) * rng.weibull(1.5, 400)).astype(np.float32)
@@ -141,9 +147,10 @@ def test_without_the_widened_window_the_same_fit_stalls():
     except NumericalError as error:
         assert "non-finite gradient" in str(error)
         return
-    assert controller.REASONS[int(state.controller.reason)] == "max_steps"
+    reason = controller.REASONS[int(state.controller.reason)]
+    assert reason in ("max_steps", "max_draws")  # max_draws: the draws' cap, a later stop
     # a tenth of the steps skipped at least (with the widened window: none, next test)
-    assert int(state.loop.num_skipped) > fitting.DEFAULT_MAX_STEPS // 10
+    assert int(state.loop.num_skipped) > int(state.loop.iteration) // 10
 
 
 @pytest.mark.slow  # 17 s on CI; the widened run resumed bitwise (a default fit too) stays fast

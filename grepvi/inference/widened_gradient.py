@@ -1,4 +1,5 @@
-"""A log density's gradient, recomputed in float64 where float32 overflows.
+"""A log density's gradient, recomputed in float64 where float32 overflows (and with zero products
+taken as 0 where autodiff forms ``inf * 0``).
 
 :func:`grepvi.fit` runs a model's own log density (float32) until a tenth of a window's
 steps (or a hundredth of the run's, twenty at least) had a non-finite gradient outside the
@@ -18,9 +19,13 @@ them 192 of 200 float32 gradient draws were non-finite, 0 of 200 widened.
 :func:`float64_where_float32_overflows` keeps float32's gradient where it is finite (every step
 but those) and otherwise evaluates the same function at the same point in float64
 (``jax.enable_x64`` inside the traced backward pass, a ``lax.cond`` branch that runs only
-then) and rounds the result to float32. Where float64 overflows too, the gradient stays
-non-finite and the driver skips the step as before (``NonFiniteStepWarning``): nothing is
-zeroed or clipped, the estimator stays the exact gradient of the same objective.
+then) and rounds the result to float32. The float64 pass also takes a product with an exact
+zero factor as 0 (:mod:`grepvi.inference.zero_products`): autodiff's ``inf * 0 = nan`` where a
+term is flat along the chain, as ``(dose / ed50) ** hill`` in ``ed50`` at a dose of 0 and
+``hill < 1`` (an Emax model whose start drew 54% of its draws there; no float precision mends
+it). Where the gradient is still not finite, the driver skips the step as before
+(``NonFiniteStepWarning``): nothing is clipped, the estimator stays the exact gradient (a
+subgradient at a kink) of the same objective.
 
 The function must give the same value in both precisions up to rounding: the NumPyro adapter
 clamps its log-space latents at float32's bounds in both (``from_log_space(...,
@@ -34,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.inference.state import all_finite
+from grepvi.inference.zero_products import zero_absorbing
 from grepvi.target import Target
 
 __all__ = ["float64_where_float32_overflows", "widened_target"]
@@ -47,11 +53,17 @@ def _zero_cotangent(leaf):
 
 def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
     """``logdensity_fn(latents, data)`` with a reverse-mode gradient in ``latents`` that is
-    float32's where finite and float64's (rounded to float32) where float32's is not.
+    float32's where finite and float64's (rounded to float32, products with an exact zero
+    factor taken as 0: :func:`~grepvi.inference.zero_products.zero_absorbing`) where float32's
+    is not.
 
     The value and the finite gradients are unchanged; ``data`` gets zero cotangents (it is
     not differentiated). Reverse mode only (``jax.custom_vjp``).
     """
+
+    def _gradient(point, cotangent, data):  # the pullback, run again by zero_absorbing
+        _, pullback = jax.vjp(lambda at: logdensity_fn(at, data), point)
+        return pullback(cotangent)[0]
 
     @jax.custom_vjp
     def widened(latents, data):
@@ -68,8 +80,7 @@ def float64_where_float32_overflows(logdensity_fn: Callable) -> Callable:
         def in_float64(_):
             with jax.enable_x64(True):
                 wide = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, jnp.float64), latents)
-                _, wide_pullback = jax.vjp(lambda point: logdensity_fn(point, data), wide)
-                (wide_grads,) = wide_pullback(jnp.asarray(cotangent, jnp.float64))
+                wide_grads = zero_absorbing(_gradient)(wide, jnp.asarray(cotangent, jnp.float64), data)
                 return jax.tree_util.tree_map(
                     lambda grad, leaf: grad.astype(jnp.result_type(leaf)), wide_grads, latents
                 )

@@ -1,0 +1,112 @@
+"""A function evaluated with products whose exact zero factor wins: ``0 * x = 0`` for any ``x``.
+
+Reverse-mode autodiff multiplies a cotangent by each local derivative, and where one is an
+exact zero and the other infinite IEEE arithmetic gives NaN: the gradient of ``(d / e) ** h``
+in ``e`` at a dose ``d = 0`` and ``h < 1`` is ``h (d / e)^(h - 1) * (-d / e^2) = inf * 0``,
+though the function is identically 0 in ``e`` there and its derivative is 0. An Emax
+dose-response model with doses of 0 (``edge_models.py``) had NaN gradients wherever ``q``
+drew a Hill coefficient below 1 (54% of its start's draws), in float64 too.
+
+:func:`zero_absorbing` runs a function's jaxpr again, primitive by primitive, with
+``mul(a, b) = 0`` where ``a`` or ``b`` is exactly 0 and ``div(a, b) = 0`` where ``a`` is (``0 /
+0``: a zero tangent through ``sqrt`` at 0), into the calling trace (sub-jaxprs of ``jit``,
+``scan``, ``while`` and ``cond`` likewise). Where no product has a zero factor and a
+non-finite one it gives the same numbers; where one has, the chain rule's term is taken as 0,
+the derivative of a function that is flat along that path (a subgradient at a kink such as
+``sqrt(x^2)`` at 0). Used by :mod:`grepvi.inference.widened_gradient` only where a gradient is
+still not finite in float64, so no other step changes.
+"""
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.extend import core as jex_core
+
+__all__ = ["zero_absorbing"]
+
+
+def _is_inexact(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+def _mul(a, b):
+    product = lax.mul(a, b)
+    if not _is_inexact(product):
+        return product
+    zero = jnp.logical_or(a == 0, b == 0)
+    return jnp.where(zero, jnp.zeros((), product.dtype), product)
+
+
+def _div(a, b):
+    quotient = lax.div(a, b)
+    if not _is_inexact(quotient):
+        return quotient
+    return jnp.where(a == 0, jnp.zeros((), quotient.dtype), quotient)
+
+
+_RULES = {lax.mul_p: _mul, lax.div_p: _div}
+
+
+def _transformed_param(value):
+    if isinstance(value, jex_core.ClosedJaxpr):
+        return _transformed_closed(value)
+    if isinstance(value, jex_core.Jaxpr):
+        return _transformed_closed(jex_core.ClosedJaxpr(value, ())).jaxpr
+    if isinstance(value, tuple) and value and all(isinstance(v, jex_core.ClosedJaxpr) for v in value):
+        return tuple(_transformed_closed(v) for v in value)
+    return value
+
+
+def _transformed_closed(closed):
+    """``closed`` with the rules applied inside it, with the same inputs and outputs."""
+    avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in closed.jaxpr.invars]
+    transformed = jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*avals)
+    if len(transformed.jaxpr.constvars) and not len(closed.jaxpr.constvars):
+        # a sub-jaxpr without constants (a scan's, a while's body) must stay so: fold them in
+        return jex_core.ClosedJaxpr(transformed.jaxpr, transformed.consts)
+    return transformed
+
+
+def _evaluate(jaxpr, consts, *args):
+    env = {}
+
+    def read(var):
+        return var.val if isinstance(var, jex_core.Literal) else env[var]
+
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = value
+    for var, value in zip(jaxpr.invars, args, strict=True):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        inputs = [read(var) for var in eqn.invars]
+        rule = _RULES.get(eqn.primitive)
+        if rule is not None:
+            outputs = [rule(*inputs)]
+        else:
+            params = {key: _transformed_param(value) for key, value in eqn.params.items()}
+            with eqn.ctx.manager:
+                outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
+            if not eqn.primitive.multiple_results:
+                outputs = [outputs]
+        for var, value in zip(eqn.outvars, outputs, strict=True):
+            if not isinstance(var, jex_core.DropVar):
+                env[var] = value
+    return [read(var) for var in jaxpr.outvars]
+
+
+def zero_absorbing(function: Callable) -> Callable:
+    """``function`` (of arrays, pytrees in and out) traced once and evaluated with ``0 * x = 0``
+    and ``0 / x = 0`` (module docstring), into the caller's trace."""
+
+    def evaluated(*args):
+        flat, in_tree = jax.tree_util.tree_flatten(args)
+        closed, out_shape = jax.make_jaxpr(
+            lambda *leaves: function(*in_tree.unflatten(leaves)), return_shape=True
+        )(*flat)
+        outputs = _evaluate(closed.jaxpr, closed.consts, *flat)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outputs)
+
+    return evaluated
