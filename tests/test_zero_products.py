@@ -54,11 +54,16 @@ def test_where_no_product_has_a_zero_factor_the_numbers_are_the_same_bitwise():
 
 
 def test_sub_jaxprs_are_mended_too_and_vmap_composes():
+    """``jit``, ``scan``, ``cond`` and ``checkpoint`` bodies, under ``vmap`` and ``jit``."""
+
     def scanned_curve(ed50, hill):
         total, _ = jax.lax.scan(lambda c, d: (c + (d / ed50) ** hill, None), 0.0, DOSES)
         return jax.lax.cond(hill > 0, lambda: jax.jit(hill_curve)(ed50, hill) + total, lambda: total)
 
-    gradient = jax.grad(scanned_curve, argnums=(0, 1))
+    def remat_curve(ed50, hill):  # a checkpoint's open jaxpr
+        return jax.checkpoint(scanned_curve)(ed50, hill) - jax.checkpoint(hill_curve)(ed50, hill)
+
+    gradient = jax.grad(lambda e, h: remat_curve(e, h) + hill_curve(e, h), argnums=(0, 1))
     hills = jnp.array([0.3, 0.5, 0.9], jnp.float32)
     mended = jax.jit(jax.vmap(zero_absorbing(gradient), in_axes=(None, 0)))(jnp.float32(8.0), hills)
     for i, hill in enumerate(np.asarray(hills, np.float64)):

@@ -53,21 +53,18 @@ _RULES = {lax.mul_p: _mul, lax.div_p: _div}
 def _transformed_param(value):
     if isinstance(value, jex_core.ClosedJaxpr):
         return _transformed_closed(value)
-    if isinstance(value, jex_core.Jaxpr):
-        return _transformed_closed(jex_core.ClosedJaxpr(value, ())).jaxpr
+    if isinstance(value, jex_core.Jaxpr) and not value.constvars:  # a checkpoint's open jaxpr
+        closed = _transformed_closed(jex_core.ClosedJaxpr(value, ()))
+        return value if closed.consts else closed.jaxpr  # constants it cannot take: left as it was
     if isinstance(value, tuple) and value and all(isinstance(v, jex_core.ClosedJaxpr) for v in value):
-        return tuple(_transformed_closed(v) for v in value)
+        return tuple(_transformed_closed(v) for v in value)  # a cond's branches
     return value
 
 
 def _transformed_closed(closed):
-    """``closed`` with the rules applied inside it, with the same inputs and outputs."""
+    """``closed`` with the rules applied inside it: the same inputs and outputs."""
     avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in closed.jaxpr.invars]
-    transformed = jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*avals)
-    if len(transformed.jaxpr.constvars) and not len(closed.jaxpr.constvars):
-        # a sub-jaxpr without constants (a scan's, a while's body) must stay so: fold them in
-        return jex_core.ClosedJaxpr(transformed.jaxpr, transformed.consts)
-    return transformed
+    return jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*avals)
 
 
 def _evaluate(jaxpr, consts, *args):
