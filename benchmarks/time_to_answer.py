@@ -258,6 +258,15 @@ def _shared_elbo(model, args, draws, log_q):
     return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
 
 
+# A worker that has not finished by then is stopped and run again, once more at most. In the
+# fiftieth session 3 of about 10 workers of `wishart_precision` hung with no CPU used while
+# scoring SVI's answer: jaxlib's batched float64 triangular solve (`lapack_dtrsm_ffi`, 20,000
+# draws, `ParallelBatchMap`) waited on tasks of XLA's thread pool that never ran (gdb: every
+# pool worker idle); not seen in grepvi's fits of the model (8 of 8, float32, a few draws).
+WORKER_TIMEOUT = 600
+WORKER_ATTEMPTS = 2
+
+
 def _run(contender, model, seed):
     """One subprocess for ``contender`` (or several, comma-separated: one process, run in
     that order); its records (a list for several)."""
@@ -270,7 +279,15 @@ def _run(contender, model, seed):
             "GREPVI_COMPILATION_CACHE": str(Path(folder) / "jax-cache"),
         }
         command = [sys.executable, __file__, "--worker", contender, model, str(out), "--seed", str(seed)]
-        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        for attempt in range(WORKER_ATTEMPTS):
+            try:
+                completed = subprocess.run(
+                    command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT
+                )
+                break
+            except subprocess.TimeoutExpired:
+                print(f"{model}: the worker hung (attempt {attempt + 1}); run again", file=sys.stderr)
+                completed = subprocess.CompletedProcess(command, 124, "", "timed out")
         if completed.returncode != 0:
             print(completed.stderr[-3000:], file=sys.stderr)
             code = completed.returncode
