@@ -82,12 +82,33 @@ def _worker(contenders: str, model_name: str, out: str, seed: int) -> None:
     entry = ALL_MODELS[model_name]
     fitted = []
     for contender in contenders.split(","):
-        record, answer = _fit(contender, entry, model_name, seed)
+        try:
+            record, answer = _fit(contender, entry, model_name, seed)
+        except Exception as error:  # noqa: BLE001 - one contender's failure, not the others'
+            fitted.append(({"contender": contender, "model": model_name, "error": _error(error)}, None))
+            continue
         record["process"] = time.time() - start_process
         fitted.append((record, answer))
     jax.config.update("jax_enable_x64", True)
-    records = [_score(record, answer, entry, seed) for record, answer in fitted]
+    records = [
+        record if answer is None else _scored_or_error(record, answer, entry, seed)
+        for record, answer in fitted
+    ]
     Path(out).write_text(json.dumps(records))
+
+
+def _error(error: Exception) -> str:
+    text = str(error).splitlines()[0][:120] if str(error) else ""
+    return f"{type(error).__name__}: {text}"
+
+
+def _scored_or_error(record, answer, entry, seed):
+    """:func:`_score`, or the record with the scoring's error (an SVI answer at NaN locations:
+    the model cannot be run there), its time kept."""
+    try:
+        return _score(record, answer, entry, seed)
+    except Exception as error:  # noqa: BLE001 - one contender's failure, not the others'
+        return {**record, "error": f"its answer: {_error(error)}"}
 
 
 def _fit(contender: str, entry, model_name: str, seed: int):
@@ -422,7 +443,8 @@ def main(argv=None):
         print(header)
         for contender, record in results.items():
             if "error" in record:
-                print(f"  {contender:<16} failed (exit {record['error']})")
+                error = record["error"]
+                print(f"  {contender:<16} failed ({f'exit {error}' if isinstance(error, int) else error})")
                 continue
             distance = ""
             if contender != "nuts" and "error" not in reference:
