@@ -26,6 +26,7 @@ __all__ = [
     "log_huge",
     "safe_exp",
     "safe_sigmoid",
+    "ELEMENTWISE_SERIES",
 ]
 
 
@@ -221,6 +222,12 @@ def _gammaln_value(x):
 def _gammaln_jvp(primals, tangents):
     (x,), (tangent,) = primals, tangents
     return _gammaln(x), _digamma(x) * tangent
+
+
+# The series above by their ``jit`` names: elementwise functions of one array that
+# :mod:`grepvi.inference.special_batches` evaluates once per level of a step, on the
+# concatenated arguments of all their calls there.
+ELEMENTWISE_SERIES = {f.__name__: f for f in (_digamma_value, _trigamma_value, _tetragamma, _gammaln_value)}
 
 
 _STIRLING = 8.0  # arguments from which the differences below use Stirling's series

@@ -38,7 +38,7 @@ import numpy as np
 
 from grepvi import threefry
 from grepvi.errors import ConfigError, NumericalError
-from grepvi.inference import controller
+from grepvi.inference import controller, special_batches
 from grepvi.inference.controller import ControllerState, WindowSummary
 from grepvi.inference.state import traced_once
 
@@ -122,6 +122,7 @@ def make_window(
     track_mean: bool = True,
     compiler_options: dict | None = None,
     unrolled_threefry: bool = False,
+    batched_specials: bool = False,
 ):
     """The compiled window of up to ``length`` steps of ``step_fn(state, data) -> (state, info)``.
 
@@ -137,7 +138,11 @@ def make_window(
     step 20-60% faster, a large model's slower (the Olivetti DEF's window 81 -> 139 ms a step:
     its hashes, fused into their readers, computed again in each), so
     :func:`grepvi.inference.fitting.setup` asks for it up to ``SMALL_MODEL_ELEMENTS`` latent
-    elements, as for the compiler options.
+    elements, as for the compiler options. ``batched_specials``: the step's special functions
+    (``lgamma``, grepvi's polygamma series) evaluated one call per function and level
+    (:mod:`grepvi.inference.special_batches`: the nested betas' window compiled in 4.1 s
+    where it took 10.7), asked for on the same models (a large model's calls are data-sized,
+    left as they are, and batching them made the Olivetti DEF's step 1.7 times slower).
     """
 
     def one_step(state, data):
@@ -155,7 +160,8 @@ def make_window(
 
     def program(state, data, active):
         active = jnp.clip(jnp.asarray(active, jnp.int32), 0, length)
-        traced_step, shapes = traced_once(one_step, state, data)
+        stepped = special_batches.batched_special_functions(one_step) if batched_specials else one_step
+        traced_step, shapes = traced_once(stepped, state, data)
         buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((length, *s.shape), s.dtype), shapes[1])
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params) if track_mean else ()
 

@@ -418,6 +418,7 @@ def setup(
             track_mean=not fixed,
             compiler_options=step_compiler_options(elements, **profile),
             unrolled_threefry=elements <= SMALL_MODEL_ELEMENTS,
+            batched_specials=elements <= SMALL_MODEL_ELEMENTS and not parallel,
         )
         window = driver.make_window(step_fn, length, keep_params, **compiled_as)
         if not parallel:  # XLA compiles the window on the other core while the model is checked
