@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
+from jax.extend import source_info_util
 
 from grepvi import numerics
 from grepvi.inference.cost import SPECIAL_FUNCTIONS
@@ -217,7 +218,8 @@ def _batch(flat: _Flat, calls) -> None:
         ]
         first = members[0][1]
         if len(values) == 1:
-            outputs = [_call(key, first, values[0])]
+            with _source_of(first):
+                outputs = [_call(key, first, values[0])]
         else:
             shapes = [eqn.invars[0].aval.shape for eqn in distinct.values()]
             sizes = [math.prod(shape) for shape in shapes]
@@ -225,7 +227,8 @@ def _batch(flat: _Flat, calls) -> None:
                 lax.concatenate([lax.reshape(v[i], (n,)) for v, n in zip(values, sizes, strict=True)], 0)
                 for i in range(len(first.invars))
             ]
-            result = lax.optimization_barrier(_call(key, first, joined))
+            with _source_of(first):
+                result = lax.optimization_barrier(_call(key, first, joined))
             outputs, start = [], 0
             for shape, size in zip(shapes, sizes, strict=True):
                 outputs.append(lax.reshape(lax.slice(result, (start,), (start + size,)), shape))
@@ -241,6 +244,13 @@ def _call(key, eqn, inputs):
     if key[0] == "series":
         return numerics.ELEMENTWISE_SERIES[key[1]](*inputs)
     return eqn.primitive.bind(*inputs, **eqn.params)
+
+
+def _source_of(eqn):
+    """Binds under ``eqn``'s traceback and name stack (as ``jax.core.eval_jaxpr`` does): the
+    program's metadata and errors name the model's line, not this module."""
+    name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+    return source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack)
 
 
 def _evaluate(jaxpr, consts, *args):
@@ -260,7 +270,7 @@ def _evaluate(jaxpr, consts, *args):
         position += 1
         inputs = [flat.read(flat.key(scope, var)) for var in eqn.invars]
         params = {name: _transformed_param(value) for name, value in eqn.params.items()}
-        with eqn.ctx.manager:
+        with _source_of(eqn), eqn.ctx.manager:
             outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
         if not eqn.primitive.multiple_results:
             outputs = [outputs]
