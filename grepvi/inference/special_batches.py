@@ -23,7 +23,6 @@ pumps hierarchy 2.0 -> 1.4 s; a step 0.14 -> 0.16 ms, 0.26 -> 0.17, 0.43 -> 0.47
 0.09 (``docs/performance.md``, fifty-first session).
 """
 
-import functools
 import logging
 import math
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from jax.extend import source_info_util
 
 from grepvi import numerics
 from grepvi.inference.cost import SPECIAL_FUNCTIONS
+from grepvi.inference.jaxpr_rewrite import transformed_param
 
 __all__ = ["batched_special_functions", "special_calls"]
 
@@ -116,21 +116,8 @@ def special_calls(jaxpr) -> int:
     return total
 
 
-def _transformed_param(value):
-    if isinstance(value, jex_core.ClosedJaxpr):
-        return _transformed_closed(value) if special_calls(value) > 1 else value
-    if isinstance(value, jex_core.Jaxpr) and not value.constvars and special_calls(value) > 1:
-        closed = _transformed_closed(jex_core.ClosedJaxpr(value, ()))
-        return value if closed.consts else closed.jaxpr  # constants it cannot take: left as it was
-    if isinstance(value, tuple) and value and all(isinstance(v, jex_core.ClosedJaxpr) for v in value):
-        return tuple(_transformed_param(v) for v in value)  # a cond's branches
-    return value
-
-
-def _transformed_closed(closed):
-    """``closed`` with its special functions batched: the same inputs and outputs."""
-    avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in closed.jaxpr.invars]
-    return jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*avals)
+def _batchable(jaxpr) -> bool:
+    return special_calls(jaxpr) >= MIN_CALLS
 
 
 class _Flat:
@@ -269,7 +256,7 @@ def _evaluate(jaxpr, consts, *args):
         scope, eqn = flat.items[order[position][2]]
         position += 1
         inputs = [flat.read(flat.key(scope, var)) for var in eqn.invars]
-        params = {name: _transformed_param(value) for name, value in eqn.params.items()}
+        params = {name: transformed_param(value, _evaluate, _batchable) for name, value in eqn.params.items()}
         with _source_of(eqn), eqn.ctx.manager:
             outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
         if not eqn.primitive.multiple_results:

@@ -19,13 +19,14 @@ the derivative of a function that is flat along that path (a subgradient at a ki
 still not finite in float64, so no other step changes.
 """
 
-import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
+
+from grepvi.inference.jaxpr_rewrite import transformed_param
 
 __all__ = ["zero_absorbing"]
 
@@ -52,23 +53,6 @@ def _div(a, b):
 _RULES = {lax.mul_p: _mul, lax.div_p: _div}
 
 
-def _transformed_param(value):
-    if isinstance(value, jex_core.ClosedJaxpr):
-        return _transformed_closed(value)
-    if isinstance(value, jex_core.Jaxpr) and not value.constvars:  # a checkpoint's open jaxpr
-        closed = _transformed_closed(jex_core.ClosedJaxpr(value, ()))
-        return value if closed.consts else closed.jaxpr  # constants it cannot take: left as it was
-    if isinstance(value, tuple) and value and all(isinstance(v, jex_core.ClosedJaxpr) for v in value):
-        return tuple(_transformed_closed(v) for v in value)  # a cond's branches
-    return value
-
-
-def _transformed_closed(closed):
-    """``closed`` with the rules applied inside it: the same inputs and outputs."""
-    avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in closed.jaxpr.invars]
-    return jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*avals)
-
-
 def _evaluate(jaxpr, consts, *args):
     env = {}
 
@@ -85,7 +69,7 @@ def _evaluate(jaxpr, consts, *args):
         if rule is not None:
             outputs = [rule(*inputs)]
         else:
-            params = {key: _transformed_param(value) for key, value in eqn.params.items()}
+            params = {key: transformed_param(value, _evaluate) for key, value in eqn.params.items()}
             with eqn.ctx.manager:
                 outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
             if not eqn.primitive.multiple_results:
