@@ -20,7 +20,13 @@ give the same numbers up to rounding (XLA may vectorize a longer array different
 Measured (2-core CPU, the default procedure's first window compiled alone, small-model
 options): nested betas 10.7 -> 4.1 s, the SIR epidemic 3.8 -> 1.7 s, GARCH 2.6 -> 1.4 s, the
 pumps hierarchy 2.0 -> 1.4 s; a step 0.14 -> 0.16 ms, 0.26 -> 0.17, 0.43 -> 0.47, 0.11 ->
-0.09 (``docs/performance.md``, fifty-first session).
+0.09; whole default fits 0.78-0.95 of the time on models built of beta, gamma and Dirichlet
+terms (``docs/performance.md``, fifty-first session). Calls of more than ``MAX_ELEMENTS``
+elements are left where they are: batching the data-sized calls of the Olivetti DEF made its
+step 1.7 times slower (18 -> 31 ms; MNIST's MF 49 -> 117 ms), the copies into the
+concatenation and the lost fusion with their readers costing more than the compilation saved;
+:func:`grepvi.inference.fitting.setup` asks for batching only on models of up to
+``SMALL_MODEL_ELEMENTS`` latent elements.
 """
 
 import logging
