@@ -36,7 +36,9 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
   compiled with XLA's fusion emitters: ``docs/performance.md``, thirty-third session),
   ``grepvi-quadratic-cv`` (G-REP with ``control_variate="quadratic"``, the opt-in quadratic
   control variate: ``docs/performance.md``, thirty-fourth session), ``grepvi-uncoupled`` (the
-  real-valued latents' locations never coupled: ``docs/performance.md``, thirty-fifth session).
+  real-valued latents' locations never coupled: ``docs/performance.md``, thirty-fifth session),
+  ``grepvi-unbatched`` (a step's special functions one call each, not in batches:
+  ``docs/performance.md``, fifty-first session).
 
 grepvi's note gives when its first window of steps ended (the adapter, the step's tracing and
 its compilation before it). ``time`` is the wall time from the model and data in hand
@@ -66,7 +68,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("grepvi", "svi", "nuts")
 # A/B contenders, run only when named: the defaults with one part of the library changed
-EXTRA_CONTENDERS = ("grepvi-unstacked", "grepvi-fusion-emitters", "grepvi-quadratic-cv", "grepvi-uncoupled")
+EXTRA_CONTENDERS = (
+    "grepvi-unstacked",
+    "grepvi-fusion-emitters",
+    "grepvi-quadratic-cv",
+    "grepvi-uncoupled",
+    "grepvi-unbatched",
+)
 ELBO_DRAWS = 20_000
 
 
@@ -136,6 +144,10 @@ def _fit(contender: str, entry, model_name: str, seed: int):
             from grepvi.inference import compilation_cache
 
             compilation_cache.SMALL_MODEL_COMPILER_OPTIONS["xla_cpu_use_fusion_emitters"] = True
+        if contender == "grepvi-unbatched":  # special functions one call each (before the 51st session)
+            from grepvi.inference import special_batches
+
+            special_batches.batched_special_functions = lambda function: function
         if contender == "grepvi-uncoupled":  # locations never coupled (before the 35th session)
             from grepvi.inference import fitting
 
