@@ -24,7 +24,7 @@ import math
 import jax
 import numpy as np
 
-__all__ = ["jaxpr_flops", "jaxpr_elements", "SPECIAL_FUNCTIONS"]
+__all__ = ["jaxpr_flops", "jaxpr_elements", "sub_jaxprs", "SPECIAL_FUNCTIONS"]
 
 # Primitives XLA expands into long polynomial or series code per element (NumPyro's gamma,
 # beta, negative-binomial and Student-t log densities and their gradients call them).
@@ -91,7 +91,7 @@ def _size(aval) -> int:
     return int(math.prod(shape)) if shape else 1
 
 
-def _sub_jaxprs(eqn):
+def sub_jaxprs(eqn):
     """The jaxprs an equation runs (a call, a loop's body, a cond's branches)."""
     found = []
     for value in eqn.params.values():
@@ -109,7 +109,7 @@ def _walk(jaxpr, cost) -> float:
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0.0
     for eqn in jaxpr.eqns:
-        inner = _sub_jaxprs(eqn)
+        inner = sub_jaxprs(eqn)
         if inner:
             costs = [_walk(sub, cost) for sub in inner]
             if eqn.primitive.name == "cond":

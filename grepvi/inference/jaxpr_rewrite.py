@@ -13,7 +13,7 @@ from collections.abc import Callable
 import jax
 from jax.extend import core as jex_core
 
-__all__ = ["transformed_param", "transformed_closed"]
+__all__ = ["transformed_param", "transformed_closed", "traced_flat"]
 
 
 def transformed_closed(closed, evaluate: Callable):
@@ -35,3 +35,12 @@ def transformed_param(value, evaluate: Callable, wanted: Callable | None = None)
     if isinstance(value, tuple) and value and all(isinstance(v, jex_core.ClosedJaxpr) for v in value):
         return tuple(transformed_param(v, evaluate, wanted) for v in value)  # a cond's branches
     return value
+
+
+def traced_flat(function: Callable, args: tuple):
+    """``(closed jaxpr, flat arguments, output treedef)`` of ``function(*args)`` (pytrees of
+    arrays in and out): what an evaluator runs again, and how to rebuild its outputs."""
+    flat, in_tree = jax.tree_util.tree_flatten(args)
+    unflattened = lambda *leaves: function(*in_tree.unflatten(leaves))  # noqa: E731
+    closed, out_shape = jax.make_jaxpr(unflattened, return_shape=True)(*flat)
+    return closed, flat, jax.tree_util.tree_structure(out_shape)

@@ -40,8 +40,8 @@ from jax.extend import core as jex_core
 from jax.extend import source_info_util
 
 from grepvi import numerics
-from grepvi.inference.cost import SPECIAL_FUNCTIONS
-from grepvi.inference.jaxpr_rewrite import transformed_param
+from grepvi.inference.cost import SPECIAL_FUNCTIONS, sub_jaxprs
+from grepvi.inference.jaxpr_rewrite import traced_flat, transformed_param
 
 __all__ = ["batched_special_functions", "special_calls"]
 
@@ -99,17 +99,6 @@ def _inlined(eqn):
     return inner
 
 
-def _sub_jaxprs(eqn):
-    found = []
-    for value in eqn.params.values():
-        for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, jex_core.ClosedJaxpr):
-                found.append(item.jaxpr)
-            elif isinstance(item, jex_core.Jaxpr):
-                found.append(item)
-    return found
-
-
 def special_calls(jaxpr) -> int:
     """The special-function calls in ``jaxpr`` (a jaxpr or closed jaxpr), sub-jaxprs included."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
@@ -118,7 +107,7 @@ def special_calls(jaxpr) -> int:
         if _special_key(eqn) is not None:
             total += 1
         else:
-            total += sum(special_calls(sub) for sub in _sub_jaxprs(eqn))
+            total += sum(special_calls(sub) for sub in sub_jaxprs(eqn))
     return total
 
 
@@ -280,11 +269,7 @@ def batched_special_functions(function: Callable) -> Callable:
     be traced (a primitive it cannot bind again) the function is called as it is."""
 
     def evaluated(*args):
-        flat, in_tree = jax.tree_util.tree_flatten(args)
-        closed, out_shape = jax.make_jaxpr(
-            lambda *leaves: function(*in_tree.unflatten(leaves)), return_shape=True
-        )(*flat)
-        out_tree = jax.tree_util.tree_structure(out_shape)
+        closed, flat, out_tree = traced_flat(function, args)
         outputs = None
         if special_calls(closed) >= MIN_CALLS:
             try:

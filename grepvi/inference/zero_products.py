@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
 
-from grepvi.inference.jaxpr_rewrite import transformed_param
+from grepvi.inference.jaxpr_rewrite import traced_flat, transformed_param
 
 __all__ = ["zero_absorbing"]
 
@@ -85,11 +85,7 @@ def zero_absorbing(function: Callable) -> Callable:
     and ``0 / x = 0`` (module docstring), into the caller's trace."""
 
     def evaluated(*args):
-        flat, in_tree = jax.tree_util.tree_flatten(args)
-        closed, out_shape = jax.make_jaxpr(
-            lambda *leaves: function(*in_tree.unflatten(leaves)), return_shape=True
-        )(*flat)
-        outputs = _evaluate(closed.jaxpr, closed.consts, *flat)
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outputs)
+        closed, flat, out_tree = traced_flat(function, args)
+        return jax.tree_util.tree_unflatten(out_tree, _evaluate(closed.jaxpr, closed.consts, *flat))
 
     return evaluated
