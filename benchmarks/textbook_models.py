@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-# ALL_MODELS holds fresh_models.py's and unseen_models.py's too
+# ALL_MODELS holds fresh_models.py's and unseen_models.py's too (and every later set's)
 __all__ = ["TextbookModel", "MODELS", "LARGER_MODELS", "ALL_MODELS", "mendel_log_evidence"]
 
 PUMP_FAILURES = np.array([5, 1, 5, 14, 3, 19, 1, 1, 4, 22], np.float32)
@@ -390,6 +390,7 @@ def _all_models():
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
     from frontier_models import FRONTIER_MODELS
     from held_out_models import HELD_OUT_MODELS
+    from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
     from support_models import SUPPORT_MODELS
     from unseen_models import UNSEEN_MODELS
@@ -408,6 +409,7 @@ def _all_models():
         **CORNER_MODELS,
         **EDGE_MODELS,
         **FRONTIER_MODELS,
+        **OUTLIER_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -11,6 +11,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --corners             # the twenty-three of corner_models.py
     python benchmarks/time_to_answer.py --edges               # the ten of edge_models.py
     python benchmarks/time_to_answer.py --frontier            # the twelve of frontier_models.py
+    python benchmarks/time_to_answer.py --outliers            # the twelve of outlier_models.py
     python benchmarks/time_to_answer.py --user                # the ten of user_models.py
     python benchmarks/time_to_answer.py --probe               # the ten of probe_models.py
     python benchmarks/time_to_answer.py --classic             # the nine of classic_models.py
@@ -38,7 +39,8 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
   control variate: ``docs/performance.md``, thirty-fourth session), ``grepvi-uncoupled`` (the
   real-valued latents' locations never coupled: ``docs/performance.md``, thirty-fifth session),
   ``grepvi-unbatched`` (a step's special functions one call each, not in batches:
-  ``docs/performance.md``, fifty-first session).
+  ``docs/performance.md``, fifty-first session), ``grepvi-simplex-normal`` (a simplex latent's
+  ``q`` the stick-breaking normal instead of the Dirichlet: fifty-second session).
 
 grepvi's note gives when its first window of steps ended (the adapter, the step's tracing and
 its compilation before it). ``time`` is the wall time from the model and data in hand
@@ -57,6 +59,7 @@ ELBO equals it).
 """
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -74,6 +77,7 @@ EXTRA_CONTENDERS = (
     "grepvi-quadratic-cv",
     "grepvi-uncoupled",
     "grepvi-unbatched",
+    "grepvi-simplex-normal",
 )
 ELBO_DRAWS = 20_000
 
@@ -148,6 +152,14 @@ def _fit(contender: str, entry, model_name: str, seed: int):
             from grepvi.inference import special_batches
 
             special_batches.batched_special_functions = lambda function: function
+        if contender == "grepvi-simplex-normal":  # a simplex latent's q: stick-breaking normal, not Dirichlet
+            from numpyro.distributions import constraints
+
+            from grepvi.interop import numpyro_model
+
+            numpyro_model.Dirichlet = lambda shape: numpyro_model.TransformedNormal(
+                shape=shape, constraint=constraints.simplex
+            )
         if contender == "grepvi-uncoupled":  # locations never coupled (before the 35th session)
             from grepvi.inference import fitting
 
@@ -340,46 +352,38 @@ def _distance(record, reference):
     return worst
 
 
+# the benchmark sets beside the textbook twelve: flag -> (module, its dict, help)
+MODEL_SETS = {
+    "fresh": ("fresh_models", "FRESH_MODELS", "the ten of fresh_models.py"),
+    "unseen": ("unseen_models", "UNSEEN_MODELS", "the six of unseen_models.py"),
+    "corners": ("corner_models", "CORNER_MODELS", "the twenty-three of corner_models.py"),
+    "edges": ("edge_models", "EDGE_MODELS", "the ten of edge_models.py"),
+    "frontier": ("frontier_models", "FRONTIER_MODELS", "the twelve of frontier_models.py"),
+    "outliers": ("outlier_models", "OUTLIER_MODELS", "the twelve of outlier_models.py"),
+    "user": ("user_models", "USER_MODELS", "the ten of user_models.py"),
+    "probe": ("probe_models", "PROBE_MODELS", "the ten of probe_models.py"),
+    "classic": ("classic_models", "CLASSIC_MODELS", "the nine of classic_models.py"),
+    "held-out": ("held_out_models", "HELD_OUT_MODELS", "the twelve of held_out_models.py"),
+    "examples": ("example_models", "EXAMPLE_MODELS", "the eight of example_models.py"),
+    "supports": ("support_models", "SUPPORT_MODELS", "the eleven of support_models.py"),
+    "blind": ("blind_models", "BLIND_MODELS", "the thirteen of blind_models.py"),
+}
+
+
 def main(argv=None):
     sys.path.insert(0, str(HERE))
     from textbook_models import ALL_MODELS, MODELS, mendel_log_evidence
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(ALL_MODELS), help="default: the textbook twelve")
-    parser.add_argument("--fresh", action="store_true", help="the ten of fresh_models.py (without --models)")
-    parser.add_argument(
-        "--unseen", action="store_true", help="the six of unseen_models.py (without --models)"
-    )
-    parser.add_argument(
-        "--corners", action="store_true", help="the twenty-three of corner_models.py (without --models)"
-    )
-    parser.add_argument("--edges", action="store_true", help="the ten of edge_models.py (without --models)")
-    parser.add_argument(
-        "--frontier", action="store_true", help="the twelve of frontier_models.py (without --models)"
-    )
-    parser.add_argument("--user", action="store_true", help="the ten of user_models.py (without --models)")
-    parser.add_argument("--probe", action="store_true", help="the ten of probe_models.py (without --models)")
-    parser.add_argument(
-        "--classic", action="store_true", help="the nine of classic_models.py (without --models)"
-    )
-    parser.add_argument(
-        "--held-out", action="store_true", help="the twelve of held_out_models.py (without --models)"
-    )
     parser.add_argument(
         "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS + EXTRA_CONTENDERS
     )
-    parser.add_argument(
-        "--examples", action="store_true", help="the eight of example_models.py (without --models)"
-    )
-    parser.add_argument(
-        "--supports", action="store_true", help="the eleven of support_models.py (without --models)"
-    )
+    for flag, (_, _, help_text) in MODEL_SETS.items():
+        parser.add_argument(f"--{flag}", action="store_true", help=f"{help_text} (without --models)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write every record to this file")
     parser.add_argument("--worker", nargs=3, metavar=("CONTENDER", "MODEL", "OUT"), help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--blind", action="store_true", help="the thirteen of blind_models.py (without --models)"
-    )
     parser.add_argument(
         "--same-process",
         action="store_true",
@@ -389,56 +393,13 @@ def main(argv=None):
     if args.worker:
         _worker(*args.worker, seed=args.seed)
         return
-    if args.models is None and args.blind:
-        from blind_models import BLIND_MODELS
-
-        args.models = list(BLIND_MODELS)
-    elif args.models is None and args.supports:
-        from support_models import SUPPORT_MODELS
-
-        args.models = list(SUPPORT_MODELS)
-    elif args.models is None and args.examples:
-        from example_models import EXAMPLE_MODELS
-
-        args.models = list(EXAMPLE_MODELS)
-    elif args.models is None and args.held_out:
-        from held_out_models import HELD_OUT_MODELS
-
-        args.models = list(HELD_OUT_MODELS)
-    elif args.models is None and args.classic:
-        from classic_models import CLASSIC_MODELS
-
-        args.models = list(CLASSIC_MODELS)
-    elif args.models is None and args.probe:
-        from probe_models import PROBE_MODELS
-
-        args.models = list(PROBE_MODELS)
-    elif args.models is None and args.user:
-        from user_models import USER_MODELS
-
-        args.models = list(USER_MODELS)
-    elif args.models is None and args.corners:
-        from corner_models import CORNER_MODELS
-
-        args.models = list(CORNER_MODELS)
-    elif args.models is None and args.edges:
-        from edge_models import EDGE_MODELS
-
-        args.models = list(EDGE_MODELS)
-    elif args.models is None and args.frontier:
-        from frontier_models import FRONTIER_MODELS
-
-        args.models = list(FRONTIER_MODELS)
-    elif args.models is None and args.unseen:
-        from unseen_models import UNSEEN_MODELS
-
-        args.models = list(UNSEEN_MODELS)
-    elif args.models is None and args.fresh:
-        from fresh_models import FRESH_MODELS
-
-        args.models = list(FRESH_MODELS)
-    elif args.models is None:
-        args.models = list(MODELS)
+    if args.models is None:
+        chosen = [flag for flag in MODEL_SETS if getattr(args, flag.replace("-", "_"))]
+        if chosen:
+            module, name, _ = MODEL_SETS[chosen[0]]
+            args.models = list(getattr(importlib.import_module(module), name))
+        else:
+            args.models = list(MODELS)
 
     records = []
     for model in args.models:
