@@ -40,7 +40,8 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
   real-valued latents' locations never coupled: ``docs/performance.md``, thirty-fifth session),
   ``grepvi-unbatched`` (a step's special functions one call each, not in batches:
   ``docs/performance.md``, fifty-first session), ``grepvi-simplex-normal`` (a simplex latent's
-  ``q`` the stick-breaking normal instead of the Dirichlet: fifty-second session).
+  ``q`` the stick-breaking normal: fifty-second session), ``grepvi-generalized-dirichlet`` (a
+  simplex latent's ``q`` the generalized Dirichlet's beta sticks: the same session).
 
 grepvi's note gives when its first window of steps ended (the adapter, the step's tracing and
 its compilation before it). ``time`` is the wall time from the model and data in hand
@@ -78,6 +79,7 @@ EXTRA_CONTENDERS = (
     "grepvi-uncoupled",
     "grepvi-unbatched",
     "grepvi-simplex-normal",
+    "grepvi-generalized-dirichlet",
 )
 ELBO_DRAWS = 20_000
 
@@ -152,7 +154,7 @@ def _fit(contender: str, entry, model_name: str, seed: int):
             from grepvi.inference import special_batches
 
             special_batches.batched_special_functions = lambda function: function
-        if contender == "grepvi-simplex-normal":  # a simplex latent's q: stick-breaking normal, not Dirichlet
+        if contender == "grepvi-simplex-normal":  # a simplex latent's q: the stick-breaking normal
             from numpyro.distributions import constraints
 
             from grepvi.interop import numpyro_model
@@ -160,6 +162,10 @@ def _fit(contender: str, entry, model_name: str, seed: int):
             numpyro_model.Dirichlet = lambda shape: numpyro_model.TransformedNormal(
                 shape=shape, constraint=constraints.simplex
             )
+        if contender == "grepvi-generalized-dirichlet":  # a simplex latent's q: beta sticks
+            from grepvi.interop import numpyro_model
+
+            numpyro_model.Dirichlet = numpyro_model.GeneralizedDirichlet
         if contender == "grepvi-uncoupled":  # locations never coupled (before the 35th session)
             from grepvi.inference import fitting
 

@@ -20,7 +20,7 @@ import numpy as np
 from jax.scipy.special import digamma, gammaln
 
 from grepvi import numerics
-from grepvi.families import Beta, Dirichlet, Gamma, LogNormal
+from grepvi.families import Beta, Dirichlet, Gamma, GeneralizedDirichlet, LogNormal
 from grepvi.families.base import Family
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "beta_bernoulli",
     "lognormal_normal",
     "dirichlet_multinomial",
+    "generalized_dirichlet_multinomial",
     "GradientCheck",
     "gradient_draws",
     "check_unbiased",
@@ -239,6 +240,39 @@ def dirichlet_multinomial(
         {"probs": post / total},
         {"probs": post * (total - post) / (total**2 * (total + 1.0))},
         log_space=bool(log_space),
+    )
+
+
+def generalized_dirichlet_multinomial(
+    counts=(3.0, 0.0, 5.0, 1.0), prior_concentration=0.5, batch_shape=(), log_space=False
+):
+    """:func:`dirichlet_multinomial` with a :class:`~grepvi.GeneralizedDirichlet` ``q``: the
+    posterior ``Dirichlet(a0 + x)`` is its member ``a_k = a0 + x_k``, ``b_k = sum_{j>k} (a0 +
+    x_j)``. ``E_q[log z_k] = psi(a_k) - psi(a_k + b_k) + sum_{j<k} (psi(b_j) - psi(a_j +
+    b_j))`` (the last component: the sum alone) gives the exact ELBO."""
+    counts = jnp.asarray(counts, jnp.float32)
+    k = counts.shape[0]
+    conjugate = dirichlet_multinomial(counts, prior_concentration, batch_shape, log_space)
+    family = GeneralizedDirichlet(shape=tuple(batch_shape) + (k,))
+
+    def exact_elbo(params):
+        p = params["probs"]
+        natural = family.natural_params(p)
+        a, b = natural["concentration1"], natural["concentration0"]
+        expected_log_z = digamma(a) - digamma(a + b)
+        expected_log_rest = digamma(b) - digamma(a + b)
+        before = jnp.cumsum(expected_log_rest, -1)
+        expected_log = jnp.concatenate([expected_log_z + before - expected_log_rest, before[..., -1:]], -1)
+        value = jnp.sum((prior_concentration - 1.0 + counts) * expected_log, -1)
+        return jnp.sum(value + family.entropy(p))
+
+    post = np.broadcast_to(prior_concentration + np.asarray(counts, np.float64), family.shape)
+    after = np.cumsum(post[..., ::-1], -1)[..., ::-1][..., 1:]  # sum_{j>k} post_j
+    return conjugate._replace(
+        name="generalized-dirichlet-multinomial",
+        families={"probs": family},
+        exact_elbo=exact_elbo,
+        posterior={"probs": {"concentration1": post[..., :-1], "concentration0": after}},
     )
 
 

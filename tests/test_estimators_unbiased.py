@@ -58,6 +58,8 @@ def _model(name, **family_options):
         return testing.lognormal_normal(shape=size, **family_options)
     if name == "dirichlet-multinomial":
         return testing.dirichlet_multinomial(batch_shape=size, **family_options)
+    if name == "generalized-dirichlet-multinomial":
+        return testing.generalized_dirichlet_multinomial(batch_shape=size, **family_options)
     raise ValueError(name)
 
 
@@ -76,6 +78,11 @@ def _params(model, dtype):
     elif isinstance(family, grepvi.Dirichlet):
         profile = jnp.asarray([1.0, 2.0, 0.5, 1.0], dtype)
         params = {"concentration": unconstrained(shapes[:, None] * profile)}
+    elif isinstance(family, grepvi.GeneralizedDirichlet):  # sticks of unequal shapes, no Dirichlet
+        params = {
+            "concentration1": unconstrained(shapes[:, None] * jnp.asarray([1.0, 2.0, 0.5], dtype)),
+            "concentration0": unconstrained(shapes[:, None] * jnp.asarray([0.3, 1.5, 4.0], dtype)),
+        }
     elif isinstance(family, grepvi.SimplexNormal):
         params = {
             "loc": jnp.asarray([[-1.0, 0.5, 0.0], [0.0, 0.0, 0.0], [1.0, -0.5, 2.0]], dtype),
@@ -188,6 +195,15 @@ CASES = [
         id="grep-dirichlet-gamma",
         marks=pytest.mark.slow,
     ),
+    pytest.param("grep", {}, "generalized-dirichlet-multinomial", {}, id="grep-generalized-dirichlet"),
+    pytest.param(
+        "grep",
+        {},
+        "generalized-dirichlet-multinomial",
+        {"log_space": True},
+        id="grep-generalized-dirichlet-log-space",
+        marks=pytest.mark.slow,
+    ),
     pytest.param("grep-closed-form", {}, "gamma-poisson", {}, id="closed-form-gamma", marks=pytest.mark.slow),
     pytest.param("grep-closed-form", {}, "lognormal-normal", {}, id="closed-form-lognormal"),
     pytest.param("implicit", {}, "beta-bernoulli", {}, id="implicit-beta"),
@@ -199,6 +215,30 @@ CASES = [
     pytest.param("rsvi", {"boost": 1}, "gamma-poisson", {}, id="rsvi-boost1-gamma", marks=pytest.mark.slow),
     pytest.param("rsvi", {}, "beta-bernoulli", {}, id="rsvi-beta", marks=pytest.mark.slow),
     pytest.param("rsvi", {}, "dirichlet-multinomial", {}, id="rsvi-dirichlet", marks=pytest.mark.slow),
+    pytest.param(
+        "rsvi",
+        {},
+        "generalized-dirichlet-multinomial",
+        {},
+        id="rsvi-generalized-dirichlet",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "implicit",
+        {},
+        "generalized-dirichlet-multinomial",
+        {},
+        id="implicit-generalized-dirichlet",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "bbvi",
+        {},
+        "generalized-dirichlet-multinomial",
+        {},
+        id="bbvi-generalized-dirichlet",
+        marks=pytest.mark.slow,
+    ),
     pytest.param("bbvi", {}, "gamma-poisson", {}, id="bbvi-gamma", marks=pytest.mark.slow),
     pytest.param("bbvi", {}, "beta-bernoulli", {}, id="bbvi-beta", marks=pytest.mark.slow),
     pytest.param("bbvi", {}, "dirichlet-multinomial", {}, id="bbvi-dirichlet", marks=pytest.mark.slow),

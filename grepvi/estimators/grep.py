@@ -59,6 +59,7 @@ from grepvi.estimators.base import (
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.families.generalized_dirichlet import GeneralizedDirichlet
 from grepvi.families.location_scale import LocationScale
 from grepvi.optim import coupling
 from grepvi.target import Target, inputs_at_means, local_log_joints
@@ -216,8 +217,8 @@ def path_entropy_correction(params, eps, families: dict, location_hessian=None, 
 def has_standardized_entropy_path(family) -> bool:
     """Whether a family's entropy gradient is taken by :func:`standardized_entropy_path`: the
     families of the paper whose standardization depends on their parameters (gamma, beta,
-    Dirichlet: ``g_corr != 0``)."""
-    return isinstance(family, (Gamma, Beta, Dirichlet))
+    Dirichlet, and the generalized Dirichlet's beta sticks: ``g_corr != 0``)."""
+    return isinstance(family, (Gamma, Beta, Dirichlet, GeneralizedDirichlet))
 
 
 def standardized_entropy_path(params, eps, latents, families: dict, log_space: bool, covered=()):

@@ -40,6 +40,7 @@ from grepvi.estimators.grep import multi_sample
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.families.generalized_dirichlet import GeneralizedDirichlet
 from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
 from grepvi.families.normal import Normal
@@ -72,6 +73,15 @@ def implicit_latent(family, params, rng_key, log_space=False):
             key_b, natural["concentration0"], family.shape
         )
         return logit if log_space else _clamped_sigmoid(logit)
+    if isinstance(family, GeneralizedDirichlet):  # beta sticks, broken off in log space
+        natural = family.natural_params(params)
+        key_a, key_b = jax.random.split(rng_key)
+        stick_shape = family.sticks.shape
+        logit = jax.random.loggamma(key_a, natural["concentration1"], stick_shape) - jax.random.loggamma(
+            key_b, natural["concentration0"], stick_shape
+        )
+        log_z = family.log_x_from_logits(logit)
+        return log_z if log_space else numerics.safe_exp(log_z)
     if isinstance(family, Dirichlet):
         alpha = family.natural_params(params)["concentration"]
         log_g = jax.random.loggamma(rng_key, alpha, family.shape)

@@ -57,6 +57,7 @@ from grepvi.estimators.implicit import PARAMETER_FREE_FAMILIES
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.families.generalized_dirichlet import GeneralizedDirichlet
 from grepvi.target import local_log_joints
 from grepvi.validation import positive_int
 
@@ -131,13 +132,13 @@ def _gamma_shapes(family, params):
     natural = family.natural_params(params)
     if isinstance(family, Gamma):
         return (natural["concentration"],)
-    if isinstance(family, Beta):
+    if isinstance(family, Beta | GeneralizedDirichlet):  # a generalized Dirichlet's beta sticks
         return (natural["concentration1"], natural["concentration0"])
     return (natural["concentration"],)
 
 
 def _draw_noise(family, params, rng_key, boost):
-    if isinstance(family, Gamma | Beta | Dirichlet):
+    if isinstance(family, Gamma | Beta | Dirichlet | GeneralizedDirichlet):
         shapes = _gamma_shapes(family, params)
         keys = jax.random.split(rng_key, len(shapes))
         return tuple(sample_gamma_noise(key, shape, boost) for key, shape in zip(keys, shapes, strict=True))
@@ -161,6 +162,9 @@ def _latent(family, params, noise, log_space=False):
     if isinstance(family, Beta):
         logit = log_g[0] - log_g[1]
         return logit if log_space else _clamped_sigmoid(logit)
+    if isinstance(family, GeneralizedDirichlet):  # the sticks' logits, broken off in log space
+        log_z = family.log_x_from_logits(log_g[0] - log_g[1])
+        return log_z if log_space else numerics.safe_exp(log_z)
     log_z = log_g[0] - logsumexp(log_g[0], -1, keepdims=True)
     return log_z if log_space else numerics.safe_exp(log_z)
 

@@ -4,6 +4,7 @@ from grepvi.families.base import Family, Posterior
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.families.generalized_dirichlet import GeneralizedDirichlet
 from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
 from grepvi.families.normal import Normal
@@ -16,6 +17,7 @@ __all__ = [
     "LogNormal",
     "Beta",
     "Dirichlet",
+    "GeneralizedDirichlet",
     "Normal",
     "LogitNormal",
     "SimplexNormal",

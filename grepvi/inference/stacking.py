@@ -34,6 +34,7 @@ from grepvi.families.base import Family
 from grepvi.families.beta import Beta
 from grepvi.families.dirichlet import Dirichlet
 from grepvi.families.gamma import Gamma
+from grepvi.families.generalized_dirichlet import GeneralizedDirichlet
 from grepvi.families.logitnormal import LogitNormal
 from grepvi.families.lognormal import LogNormal
 from grepvi.families.normal import Normal
@@ -46,8 +47,9 @@ __all__ = ["Stacking", "Member", "plan", "STACKABLE"]
 # per-element options), so n latents of one are one latent of n elements
 STACKABLE = (Gamma, Beta, Normal, LogNormal, LogitNormal)
 # families with one event axis whose methods act on each row alone: latents of an equal event
-# size are one latent of their rows (three Dirichlet(3) sites: one Dirichlet of shape (3, 3))
-STACKABLE_ROWS = (Dirichlet,)
+# size are one latent of their rows (three Dirichlet(3) sites: one Dirichlet of shape (3, 3));
+# a generalized Dirichlet's parameters have K - 1 columns, its rows stack alike
+STACKABLE_ROWS = (Dirichlet, GeneralizedDirichlet)
 
 
 class Member(NamedTuple):

@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grepvi.errors import ModelError, ParamSiteWarning
-from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Normal
+from grepvi.families import Beta, Dirichlet, Gamma, GeneralizedDirichlet, LogitNormal, LogNormal, Normal
 from grepvi.families.base import Family
 from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
 from grepvi.inference.compilation_cache import once_compiler_options
@@ -86,6 +86,7 @@ FAMILY_NAMES = {
     "beta": Beta,
     "logitnormal": LogitNormal,
     "dirichlet": Dirichlet,
+    "generalized-dirichlet": GeneralizedDirichlet,
     "normal": Normal,
     "transformed-normal": TransformedNormal,
 }
@@ -499,15 +500,20 @@ def family_for_support(site: str, support, shape, event_ndim: int, choice=None, 
 
     By support: ``positive`` -> Gamma; ``greater_than(c)``/``greater_than_eq(c)`` -> ``c +
     Gamma``; ``less_than(c)`` -> ``c - Gamma``; ``unit_interval`` -> Beta; ``interval(a, b)``
-    -> ``a + (b - a) Beta``; ``simplex`` -> Dirichlet; ``real``/``real_vector`` -> Normal;
+    -> ``a + (b - a) Beta``; ``simplex`` -> Dirichlet (by name ``"generalized-dirichlet"``:
+    :class:`~grepvi.GeneralizedDirichlet`, beta sticks, every Dirichlet a member: on fourteen
+    benchmark models with a simplex latent its ELBO was the Dirichlet's or higher, 3.8 nats on
+    a concentrated posterior of unequal spreads, but its fits took 1.2-1.8 times as long, 4.8
+    on a topic model, and GARCH's weights did not converge in 9,100 iterations: not the
+    default); ``real``/``real_vector`` -> Normal;
     any other support with a NumPyro bijection (ordered and positive ordered vectors,
     Cholesky factors, ...) -> :class:`~grepvi.families.transformed.TransformedNormal`.
 
     A name (``"gamma"``, ``"lognormal"``, ``"beta"``, ``"logitnormal"``, ``"dirichlet"``,
-    ``"normal"``, ``"transformed-normal"``) is placed on the site's support (``"beta"`` on
-    ``Uniform(0, 10)`` is ``10 Beta``); a family instance must have its support inside the
-    site's. Either is refused (ModelError, naming the site, its support and the family's)
-    where it does not fit.
+    ``"generalized-dirichlet"``, ``"normal"``, ``"transformed-normal"``) is placed on the
+    site's support (``"beta"`` on ``Uniform(0, 10)`` is ``10 Beta``); a family instance must
+    have its support inside the site's. Either is refused (ModelError, naming the site, its
+    support and the family's) where it does not fit.
     """
     from numpyro.distributions import constraints
 
