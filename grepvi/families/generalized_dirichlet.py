@@ -158,7 +158,7 @@ class GeneralizedDirichlet(Family):
     def log_abs_det_jacobian(self, params, eps):
         """``log |det d x_{0:K-2} / d eps|``: the sticks' ``log J`` plus ``sum_k log s_k``."""
         logit = self.sticks.logit_transform(params, eps)
-        log_s = jnp.cumsum(jax.nn.log_sigmoid(-logit), -1)[..., :-1]
+        log_s = (jax.nn.log_sigmoid(-logit) @ self._before(logit.dtype))[..., :-1]  # log s_0..s_{K-2}
         return jnp.sum(self.sticks.log_abs_det_jacobian(params, eps), -1) + jnp.sum(log_s, -1)
 
     def log_prob_standardized(self, params, eps):
