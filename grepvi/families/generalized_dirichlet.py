@@ -13,8 +13,8 @@ Dirichlet has one concentration for all of them). A concentrated posterior whose
 by direction (25 samples' source proportions in a mixing model, sd 0.04) is fitted 3.8 nats
 closer than by the Dirichlet. Not the NumPyro adapter's default for a simplex site (name it:
 ``families={"w": "generalized-dirichlet"}``): over fourteen benchmark models with a simplex
-latent its ELBO was the Dirichlet's or higher, but the fits took 1.2-1.8 times as long (more
-special functions a stick than a Dirichlet component), 4.8 times on a topic model, and a GARCH
+latent its ELBO was the Dirichlet's or higher, but the fits took 1.1-1.7 times as long (more
+special functions a stick than a Dirichlet component), 3.2 times on a topic model, and a GARCH
 model's three weights did not converge in 9,100 iterations (``docs/performance.md``,
 fifty-second session).
 

@@ -503,7 +503,7 @@ def family_for_support(site: str, support, shape, event_ndim: int, choice=None, 
     -> ``a + (b - a) Beta``; ``simplex`` -> Dirichlet (by name ``"generalized-dirichlet"``:
     :class:`~grepvi.GeneralizedDirichlet`, beta sticks, every Dirichlet a member: on fourteen
     benchmark models with a simplex latent its ELBO was the Dirichlet's or higher, 3.8 nats on
-    a concentrated posterior of unequal spreads, but its fits took 1.2-1.8 times as long, 4.8
+    a concentrated posterior of unequal spreads, but its fits took 1.1-1.7 times as long, 3.2
     on a topic model, and GARCH's weights did not converge in 9,100 iterations: not the
     default); ``real``/``real_vector`` -> Normal;
     any other support with a NumPyro bijection (ordered and positive ordered vectors,
