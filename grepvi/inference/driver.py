@@ -40,6 +40,7 @@ from grepvi import threefry
 from grepvi.errors import ConfigError, NumericalError
 from grepvi.inference import controller, special_batches
 from grepvi.inference.controller import ControllerState, WindowSummary
+from grepvi.inference.paused_collection import paused_collection
 from grepvi.inference.state import traced_once
 
 __all__ = [
@@ -194,11 +195,11 @@ def make_window(
         key = _signature(state, data)
         if key in compiled:
             return ready(key)(state, data, np.int32(active))
-        with lowering():  # lowered (and compiled) at its first call
+        with lowering(), paused_collection():  # lowered (and compiled) at its first call
             return jitted(state, data, np.int32(active))
 
     def lowered_at(state, data):
-        with lowering():
+        with lowering(), paused_collection():
             return jitted.lower(state, data, np.int32(length))
 
     def compile_ahead(state, data):

@@ -36,6 +36,7 @@ from grepvi.inference.compilation_cache import (
 )
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.cost import SPECIAL_FUNCTIONS, jaxpr_elements, jaxpr_flops
+from grepvi.inference.paused_collection import paused_collection
 from grepvi.inference.state import (
     StepInfo,
     Trace,
@@ -311,6 +312,7 @@ def _fisher_distance(families: dict) -> Callable:
     return distance
 
 
+@paused_collection()
 def setup(
     target: Target,
     estimator: Estimator,
@@ -501,7 +503,8 @@ def location_coupler(target, data):
         if failed:
             return
         try:
-            jax.block_until_ready(hessian(params, data))  # compiled into the jit's own cache
+            with paused_collection():  # traced and lowered on this thread
+                jax.block_until_ready(hessian(params, data))  # compiled into the jit's own cache
         except Exception as error:  # noqa: BLE001 - as a failing first call: the run goes on uncoupled
             failed.append(error)
 

@@ -64,6 +64,7 @@ from grepvi.families import Beta, Dirichlet, Gamma, GeneralizedDirichlet, LogitN
 from grepvi.families.base import Family
 from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
 from grepvi.inference.compilation_cache import once_compiler_options
+from grepvi.inference.paused_collection import paused_collection
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
 
@@ -840,6 +841,7 @@ def _sample_sites(trace):
     }
 
 
+@paused_collection()
 def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs) -> NumPyroModel:
     """Adapts a NumPyro ``model(*args, **kwargs)`` to grepvi (module docstring).
 
