@@ -51,7 +51,7 @@ from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim import coupling
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
-from grepvi.target import Target, latent_names
+from grepvi.target import Target, bind_data, latent_names
 
 __all__ = [
     "FitResult",
@@ -127,8 +127,8 @@ def draws_per_step(families: dict, estimator: Estimator, flops_per_draw: float |
     On small models a step costs little more than its fixed costs (the loop, the update), so
     averaging several estimates buys variance reduction almost for free: up to 64, while
     latent elements x the estimator's own draws x this stays within 256; large models get 1.
-    Given ``flops_per_draw`` (the traced step's count over its draws,
-    :func:`grepvi.inference.cost.jaxpr_flops`, taken in :func:`setup`), also at most
+    Given ``flops_per_draw`` (in :func:`setup`, ``DRAW_FLOPS_PER_MODEL_FLOP`` times the model's
+    value and gradient at one point, :func:`model_gradient_flops`), also at most
     ``DRAW_FLOPS_PER_STEP // flops_per_draw``: where one draw is expensive (a 500-row
     negative-binomial regression: 0.18 MFLOP by that count, 36 draws a step cost 27-38 times
     one), the floors of a stage, counted in steps, are what the draws cost; starting it at 5
@@ -164,13 +164,24 @@ def replayed_target(target: Target) -> Target:
     )
 
 
-def traced_step(step_fn, state, data):
-    """``(step_fn', flops)``: ``step_fn`` traced once at ``(state, data)`` and replayed
-    (:func:`grepvi.inference.state.traced_once`: the window built on ``step_fn'`` does not run
-    the model's Python again), and the trace's flop count
-    (:func:`grepvi.inference.cost.jaxpr_flops`)."""
-    replayed, _ = traced_once(step_fn, state, data)
-    return replayed, jaxpr_flops(replayed.jaxpr)
+def model_gradient_flops(target: Target, params: dict, data) -> float:
+    """:func:`grepvi.inference.cost.jaxpr_flops` of the log joint's value and gradient at one
+    point of the latents (their shapes and dtypes from ``params``, a point per family), or NaN
+    where the model cannot be traced there (the step's trace then reports why). Shapes only:
+    nothing runs; the model's ``jax.jit`` (:func:`replayed_target`) keeps the trace, and the
+    step's draws replay it."""
+    latents = {
+        name: jax.ShapeDtypeStruct(family.shape, jax.tree_util.tree_leaves(params[name])[0].dtype)
+        for name, family in target.families.items()
+    }
+
+    def value(latents, data):
+        return bind_data(target, data).logdensity_fn(latents)
+
+    try:
+        return float(jaxpr_flops(jax.make_jaxpr(jax.value_and_grad(value))(latents, data).jaxpr))
+    except Exception:  # noqa: BLE001 - the step's trace and the model's check name the failure
+        return math.nan
 
 
 def step_profile(jaxpr) -> dict:
@@ -188,6 +199,12 @@ def step_profile(jaxpr) -> dict:
 MAX_FIRST_DRAWS = 64
 FIRST_DRAW_ELEMENTS = 256
 DRAW_FLOPS_PER_STEP = 2**20  # the draws of a step at the start cost at most this (jaxpr_flops)
+# A draw of the step (its sample, the model's value and gradient, G-REP's terms) over the model's
+# value and gradient at one point (model_gradient_flops), by jaxpr_flops: 0.94-1.73, median 1.25,
+# over the 32 benchmark models whose draws the cost cuts. Counting the model alone sizes the
+# draws before the step is traced: one trace of it, where a trace at the first count measured
+# the draw and a second followed at fewer (0.1-0.5 s on those models).
+DRAW_FLOPS_PER_MODEL_FLOP = 1.25
 MAX_DRAW_ELEMENTS = 16_384  # latent elements x draws per step up to which the draws may grow
 MAX_REPEATS = 64
 # Latent elements up to which a stage that would raise the draws to controller.EXPANSION_FACTOR
@@ -399,22 +416,18 @@ def setup(
 
     elements = latent_elements(target.families)
     try:
-        traced = False
         if not fixed and batch_size is None and not parallel and draws > 1:
-            # the first draws by what one costs: the step traced here is the one the window
-            # replays (no second trace of the model where the draws stand)
-            step_fn, flops = traced_step(step_fn, initial_loop, data)
-            traced = True
-            cheaper = draws_per_step(target.families, estimator, flops / draws)
+            # the first draws by what one costs, before the step is traced: one trace of it
+            flops = model_gradient_flops(step_target, initial_loop.params, data)
+            cheaper = draws_per_step(target.families, estimator, DRAW_FLOPS_PER_MODEL_FLOP * flops)
             if cheaper < draws:
                 draws = cheaper
                 built = build(draws, initial_loop)
                 most_repeats, step_fn, _, place, data, widened_step_fn, expanded_step_fn = built
-                traced = False
         profile = {}
         if batch_size is None and not parallel and elements <= SMALL_MODEL_ELEMENTS:
-            if not traced:  # traced once here, replayed by the window: no second trace
-                step_fn, _ = traced_step(step_fn, initial_loop, data)
+            # traced once here, replayed by the window: no second trace
+            step_fn, _ = traced_once(step_fn, initial_loop, data)
             profile = step_profile(step_fn.jaxpr)
         compiled_as = dict(
             track_mean=not fixed,
