@@ -2,12 +2,15 @@
 
 Tracing a step (:func:`grepvi.inference.state.traced_once`) and lowering a window to MLIR
 allocate hundreds of thousands of short-lived objects (tracers, equations, MLIR operations);
-each allocation counts towards the collector's thresholds, and after ``import jax`` the
-oldest generation holds millions of objects, so the full collections these allocations set
-off walk the whole heap again and again. Measured on the Weibull regression of the textbook
-models (2 cores, fresh process, ``cProfile``): the window's lowering spent half its 0.30 s in
-collections (charged to JAX's ``var_to_tracer``, where the tracers are allocated), and the
-first trace of the step a fifth of its 0.45 s.
+each allocation counts towards the collector's thresholds, and a full collection walks
+every tracked object (about 140,000 after importing JAX, NumPyro and grepvi, more as the
+traces pile up). Counted with ``gc.callbacks`` over a whole default fit of a textbook model,
+without the pause: 117-282 young collections, 11-26 middle ones and 1-2 full ones, 0.10-0.27 s
+in all (pumps 0.10, Weibull 0.25-0.27, rat tumours 0.24, the horseshoe 0.24); with it 4-6,
+0-1 and none, 0.02-0.07 s. Under ``cProfile`` the Weibull regression's window lowering spent
+half its 0.30 s in collections (charged to JAX's ``var_to_tracer``, where the tracers are
+allocated). Paused, the step's and the window program's traces took 0.07-0.25 s less on each
+of ten textbook models (fresh processes, two rounds; ``docs/performance.md``).
 
 The collector is paused, not tuned: :func:`paused_collection` disables it for the block and
 enables it again when the outermost block ends (only if it was enabled when that block began:
@@ -17,9 +20,9 @@ counting as they die; the cycles among them wait for the first collection after 
 may nest and may run on several threads at once (a Hessian traced on its own thread while
 the main thread lowers the window): a count under a lock, not a flag per block.
 
-The same measure is common where Python builds large graphs at once (CPython's own
-``gc.freeze`` after imports; frameworks that disable collection while they import or trace);
-a library cannot freeze the user's heap, so it pauses only around its own tracing.
+A process of its own could instead ``gc.freeze()`` the heap after its imports (every object
+moved to a generation that is never collected); a library cannot do that to its user's
+process, so it pauses collection only around its own tracing.
 """
 
 import contextlib
