@@ -11,7 +11,7 @@ import pytest
 import grepvi
 from grepvi.errors import NotConvergedWarning
 from grepvi.estimators.base import get_estimator
-from grepvi.families import Gamma, Normal
+from grepvi.families import Beta, Gamma, Normal
 from grepvi.inference.state import make_target
 from grepvi.optim import coupling
 from grepvi.optim.natural_gradient import natural_gradient
@@ -67,11 +67,12 @@ def test_a_hessian_that_does_not_serve_gives_no_matrix():
     assert coupling.coupling_from_hessian(-np.array([[1.0, 1.0 + 1e-5], [1.0 + 1e-5, 1.0]]))[0] is not None
 
 
-def test_covered_locations_are_the_real_valued_gaussians():
-    families = {"b": Normal(shape=(3,)), "a": Normal(), "s": Gamma()}
+def test_covered_locations_are_the_real_valued_gaussians_and_the_gammas():
+    families = {"b": Normal(shape=(3,)), "a": Normal(), "p": Beta()}
     assert coupling.covered_locations(families) == (("a", 1), ("b", 3))
     assert coupling.coupling_size(families) == 4
-    assert coupling.coupling_size({"a": Normal(), "s": Gamma()}) == 0  # one element: nothing to couple
+    assert coupling.coupling_size({"a": Normal(), "p": Beta()}) == 0  # one element: nothing to couple
+    assert coupling.covered_locations({"a": Normal(), "s": Gamma()}) == (("a", 1), ("s", 1))
 
 
 def _normal_state(seed=0):

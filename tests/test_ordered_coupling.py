@@ -15,7 +15,7 @@ from numpyro.distributions import constraints  # noqa: E402
 from numpyro.distributions.transforms import ExpTransform, OrderedTransform  # noqa: E402
 
 from grepvi.estimators.base import get_estimator  # noqa: E402
-from grepvi.families import Gamma, Normal  # noqa: E402
+from grepvi.families import Beta, Normal  # noqa: E402
 from grepvi.families.transformed import TransformedNormal  # noqa: E402
 from grepvi.inference.state import make_target  # noqa: E402
 from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
@@ -27,7 +27,7 @@ def test_an_ordered_latent_is_covered_with_its_unconstrained_size():
         "a": Normal(),
         "cut": TransformedNormal(shape=(4,), constraint=constraints.ordered_vector),
         "corr": TransformedNormal(shape=(3, 3), constraint=constraints.corr_cholesky),
-        "s": Gamma(),
+        "p": Beta(),
     }
     assert coupling.covered_locations(families) == (("a", 1), ("cut", 4))
 

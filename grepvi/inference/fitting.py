@@ -494,7 +494,8 @@ def location_coupler(target, data):
     it where the window compiled first (an ordinal regression's first window 0.6 s later)."""
     if not coupling.coupling_size(target.families):
         return None
-    hessian = coupling.location_hessian(target, coupling.covered_locations(target.families))
+    covered = coupling.covered_locations(target.families)
+    hessian = coupling.location_hessian(target, covered)
 
     failed = []
     preparing = []  # the thread compiling the Hessian's program ahead, if any
@@ -505,12 +506,12 @@ def location_coupler(target, data):
         if failed:
             return None
         try:
-            at = np.asarray(hessian(loop.params, data), np.float64)
+            at, share = coupling.expected_hessian(hessian(loop.params, data))
         except Exception as error:  # a model jax cannot differentiate twice: the run goes on uncoupled
             failed.append(error)
             return None
-        matrix, _ = coupling.coupling_from_hessian(at)
-        return None if matrix is None else rules.couple(loop, matrix, 0.5 * (at + at.T))
+        matrix, at, mask = coupling.coupling_with_funnels(at, share, covered, target.families)
+        return None if matrix is None else rules.couple(loop, matrix, at, mask)
 
     def prepare(params):
         if failed:
@@ -528,6 +529,7 @@ def location_coupler(target, data):
 
     couple.prepare = prepare
     couple.prepare_in_background = prepare_in_background
+    couple.uncouple = rules.uncouple
     return couple
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "clipped",
     "couple",
     "coupled",
+    "uncouple",
     "first_switch",
     "default_candidates",
     "ADAM_TRIAL_FACTORS",
@@ -183,21 +184,37 @@ def select(tree: Any, index: int, step_size: float, repeats: int = 1) -> Any:
 
 
 def _uncoupled(size: int) -> tuple:
-    return (jnp.eye(size, dtype=jnp.float32), jnp.zeros((size, size), jnp.float32), jnp.zeros((), bool))
+    return (jnp.eye(size, dtype=jnp.float32), jnp.zeros((size, size), jnp.float32), jnp.zeros((size,), bool))
 
 
-def couple(tree: Any, matrix, hessian) -> Any:
+def couple(tree: Any, matrix, hessian, mask=None) -> Any:
     """``tree`` with every switch's natural rule stepping its covered locations coupled by
     ``matrix`` (``K``, the floored ``(-H)^{-1}`` of
     :func:`grepvi.optim.coupling.coupling_from_hessian`) and the step's estimate of their
     gradient taking ``hessian`` (the log joint's, there) as its control variate
-    (:func:`grepvi.estimators.grep.path_entropy_correction`)."""
+    (:func:`grepvi.estimators.grep.path_entropy_correction`). ``mask``: the covered elements
+    coupled (the others keep their mean-field step; None: all)."""
 
     def set_one(node):
         if not _is_switch(node) or node.coupled is None:
             return node
-        coupled = (jnp.asarray(matrix, jnp.float32), jnp.asarray(hessian, jnp.float32), jnp.ones((), bool))
+        size = node.coupled[2].shape[0]
+        on = jnp.ones((size,), bool) if mask is None else jnp.asarray(mask, bool).reshape(size)
+        coupled = (jnp.asarray(matrix, jnp.float32), jnp.asarray(hessian, jnp.float32), on)
         return node._replace(coupled=coupled)
+
+    return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
+
+
+def uncouple(tree: Any) -> Any:
+    """``tree`` with every switch's natural rule back to its mean-field steps (the matrices
+    kept: the layout of the state does not change)."""
+
+    def set_one(node):
+        if not _is_switch(node) or node.coupled is None:
+            return node
+        matrix, hessian, on = node.coupled
+        return node._replace(coupled=(matrix, hessian, jnp.zeros_like(on)))
 
     return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
 
@@ -205,7 +222,7 @@ def couple(tree: Any, matrix, hessian) -> Any:
 def coupled(tree: Any) -> bool:
     """Whether the first switch in ``tree`` steps its locations coupled."""
     node = first_switch(tree)
-    return node is not None and node.coupled is not None and bool(node.coupled[2])
+    return node is not None and node.coupled is not None and bool(jnp.any(node.coupled[2]))
 
 
 def first_switch(tree: Any) -> SwitchState | None:

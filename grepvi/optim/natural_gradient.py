@@ -211,12 +211,18 @@ def natural_gradient(
             )
         if coupled is not None and covered and all(name in grad for name, _ in covered):
             matrix, on = coupled
-            locs, block_shrunk = coupling.coupled_locations(covered, params, grad, matrix, rho, state.max_kl)
+            locs, block_shrunk = coupling.coupled_locations(
+                covered, families, params, grad, matrix, rho, state.max_kl, math.log1p(max_relative_change)
+            )
+            pieces = coupling.coupled_pieces(on, covered, families)
             for name, _ in covered:
-                loc = jnp.where(on, locs[name], new_updates[name]["loc"])
-                new_updates[name] = {**new_updates[name], "loc": loc}
-            block = sum(size for _, size in covered)
-            shrunk = jnp.where(on & block_shrunk, jnp.maximum(shrunk, block), shrunk)
+                key = coupling.location_key(families[name])
+                new_updates[name] = {
+                    **new_updates[name],
+                    key: jnp.where(pieces[name], locs[name], new_updates[name][key]),
+                }
+            block = jnp.sum(jnp.broadcast_to(on, (sum(size for _, size in covered),)))
+            shrunk = jnp.where(jnp.any(on) & block_shrunk, jnp.maximum(shrunk, block), shrunk)
         new_moments = {
             name: jax.tree_util.tree_map(
                 lambda g, s: _EMPIRICAL_DECAY * s + (1.0 - _EMPIRICAL_DECAY) * g**2,
