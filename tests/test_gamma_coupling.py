@@ -251,3 +251,22 @@ def test_the_expected_hessian_sees_a_funnels_scale_as_not_concave():
     assert float(hessian[0, 0]) < 2.0 * float(at_means), (float(hessian[0, 0]), float(at_means))
     matrix, _, mask = coupling.coupling_with_funnels(hessian, share, covered, families)
     assert matrix is None or not mask[0]
+
+
+def test_a_block_with_a_gamma_is_coupled_below_a_smaller_eigenvalue():
+    """``C``'s smallest eigenvalue 0.07 (a correlation of 0.93): a block of Gaussian locations
+    is coupled (below 0.1), one with a gamma's log-mean is not (below 0.05)."""
+    hessian = -np.array([[1.0, 0.93], [0.93, 1.0]])
+    share = np.zeros(2)
+    gaussians = {"a": Normal(), "b": Normal()}
+    mixed = {"a": Normal(), "s": Gamma()}
+    matrix, _, mask = coupling.coupling_with_funnels(
+        hessian, share, coupling.covered_locations(gaussians), gaussians
+    )
+    assert matrix is not None and mask.all()
+    assert coupling.coupling_with_funnels(hessian, share, coupling.covered_locations(mixed), mixed)[0] is None
+    stronger = -np.array([[1.0, 0.97], [0.97, 1.0]])  # 0.03
+    assert (
+        coupling.coupling_with_funnels(stronger, share, coupling.covered_locations(mixed), mixed)[0]
+        is not None
+    )

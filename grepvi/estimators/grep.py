@@ -189,11 +189,11 @@ def path_entropy_correction(params, eps, families: dict, location_hessian=None, 
     offsets = {}
     for name, family in families.items():
         if on is not None and name in names and coupling.is_gamma(family):
-            # log z - E[log z], through the log-mean only (standardized_entropy_path leaves it out)
+            # log z - E[log z] = sqrt(psi_1(alpha)) eps, through the log-mean only
+            # (standardized_entropy_path leaves that path out)
             log_mean = jnp.log(family.mean(params[name]))
-            mean_log, _ = family.input_moments(params[name], True)
-            spread = jax.lax.stop_gradient(family.log_transform(params[name], eps[name]) - mean_log)
-            offsets[name] = log_mean - jax.lax.stop_gradient(log_mean) + spread
+            _, variance = family.input_moments(jax.lax.stop_gradient(params[name]), True)
+            offsets[name] = log_mean - jax.lax.stop_gradient(log_mean) + jnp.sqrt(variance) * eps[name]
             continue
         if not isinstance(family, LocationScale) and not coupling.is_unconstrained_normal(family):
             continue
@@ -264,8 +264,6 @@ def standardized_entropy_path(
         if name in names or not has_standardized_entropy_path(family):
             continue
         u = latents[name] if log_space else family.log_space_transform(params[name], eps[name])
-        log_q = family.log_prob_log_space(jax.lax.stop_gradient(params[name]), u)
-        own[name] = jax.lax.stop_gradient(log_q)
         entropy_params = params[name]
         if name in pieces and coupling.is_gamma(family):
             on = pieces[name]
@@ -273,9 +271,10 @@ def standardized_entropy_path(
             # log joint's curvature; path_entropy_correction takes the whole of it (``H``)
             log_mean = jnp.log(family.mean(params[name]))
             u = u - jnp.where(on, log_mean - jax.lax.stop_gradient(log_mean), 0.0)
-            log_q = family.log_prob_log_space(jax.lax.stop_gradient(params[name]), u)
             fixed_mean = jax.lax.stop_gradient(params[name]["mean"])
             entropy_params = {**params[name], "mean": jnp.where(on, fixed_mean, params[name]["mean"])}
+        log_q = family.log_prob_log_space(jax.lax.stop_gradient(params[name]), u)
+        own[name] = jax.lax.stop_gradient(log_q)
         total = total - jnp.sum(log_q) - jnp.sum(family.entropy(entropy_params))
     return total, own
 

@@ -469,10 +469,6 @@ def setup(
     )
     if batch_size is None and not parallel and any(c.linear for c in candidates):
         plan = plan._replace(couple=location_coupler(step_target, data))
-        if plan.couple is not None and window.compiling():
-            # the Hessian's program compiled beside the window's, not mid-run where a first
-            # stage tries the coupling (a pause of 0.2-1 s)
-            plan.couple.prepare_in_background(initial_loop.params)
     initial = driver.RunState(start, state, np.float64(0.0))
     return Setup(
         window, plan, initial, data, target, estimator, False, widened_window, batch_size, expanded_window
@@ -486,12 +482,16 @@ def location_coupler(target, data):
     are not coupled enough to need it or the model covers too few or too many. None where it
     covers none.
 
-    :func:`setup` prepares it on a thread of its own while the window compiles
-    (``couple.prepare_in_background``; the first ``couple`` call waits for it): a run whose
-    first stage tries the coupling paused for the Hessian's tracing and compilation (the
-    Poisson mixture 0.9 s, a CAR disease map 0.6, an AR(1) state space 0.5); its answer is the
-    same, bitwise (the same program, compiled earlier). On the main thread, the run waited for
-    it where the window compiled first (an ordinal regression's first window 0.6 s later)."""
+    The controller starts compiling it on a thread of its own once the first stage's error
+    says its end will try the coupling (``couple.prepare_soon``,
+    :func:`grepvi.inference.controller._prepare_coupling`; the first ``couple`` call waits for
+    it): a run whose first stage tries the coupling paused for the Hessian's tracing and
+    compilation otherwise (the Poisson mixture 0.9 s, a CAR disease map 0.6, an AR(1) state
+    space 0.5); its answer is the same, bitwise (the same program, compiled earlier). Until the
+    fifty-fourth session :func:`setup` compiled it beside the window's program for every fit
+    with a covered location; with the gammas' log-means covered, and the program an expectation
+    over draws, that cost the fits that never couple 0.3-1.0 s. ``couple.mask(loop)``: the
+    covered elements a loop state couples; ``couple.gamma_elements``: those that are gammas'."""
     if not coupling.coupling_size(target.families):
         return None
     covered = coupling.covered_locations(target.families)
@@ -527,9 +527,19 @@ def location_coupler(target, data):
         preparing.append(thread)
         thread.start()
 
+    def prepare_soon(params):
+        if not preparing and not failed:
+            prepare_in_background(params)
+
     couple.prepare = prepare
     couple.prepare_in_background = prepare_in_background
+    couple.prepare_soon = prepare_soon
     couple.uncouple = rules.uncouple
+    # the covered elements that are gammas' log-means, and those a loop state couples
+    couple.gamma_elements = np.concatenate(
+        [np.full(size, coupling.is_gamma(target.families[name])) for name, size in covered]
+    )
+    couple.mask = lambda loop: np.asarray(rules.first_switch(loop).coupled[2], bool)
     return couple
 
 
