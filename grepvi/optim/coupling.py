@@ -47,8 +47,8 @@ the log-mean of gamma factors (:func:`is_gamma`): ``log z = log m + f(alpha, eps
 m`` enters ``log z`` as a location does, the gamma's entropy is linear in it, and its gradient
 takes the same control variate (``H (log z - E log z)``, the sticking-the-landing path through
 ``log m`` left out). An SIR epidemic's transmission and recovery rates (a NUTS correlation of
-0.963 on the log scale) stopped ``drifting`` on four of five seeds uncoupled; coupled, seven of
-seven seeds converged in 3.2-4.9 s. A gamma that scales other latents (a funnel) is left to its
+0.963 on the log scale) stopped unconverged on three of five seeds uncoupled (10-22 s);
+coupled, five of five converged in 3.6-7.9 s. A gamma that scales other latents (a funnel) is left to its
 mean-field step (:func:`coupling_with_funnels`), and a coupling whose rerun of the first stage
 does not halve its error is dropped (:func:`grepvi.inference.controller._coupling_helped`).
 The other latents keep their mean-field step.
@@ -348,10 +348,10 @@ def location_hessian(target, covered: tuple, draws: int = HESSIAN_DRAWS):
     ELBO's Hessian there, ``E_q[d^2 log p / d u^2]`` (:func:`expected_hessian`). A draw is
     ``location + spread eps`` with ``eps`` standard normal (a Gaussian's own draw; for a gamma
     ``log z``'s mean and standard deviation, ``psi(alpha) - log beta`` and
-    ``sqrt(psi_1(alpha))``, a log-normal stand-in for the gamma: its sampler's loops compiled
-    into the program took its first call from 0.4-0.8 s to 1.1-2.5 s); the other latents at
-    their means; a fixed key (the same ``H`` for the same ``q``); ``data`` ignored unless the
-    target takes it.
+    ``sqrt(psi_1(alpha))``, a log-normal stand-in for the gamma, whose rejection sampler would
+    compile into the program); the other latents at their means; the normals drawn once on the
+    host from ``HESSIAN_SEED`` (the same ``H`` for the same ``q``: a resumed run's); ``data``
+    ignored unless the target takes it.
 
     The Hessian at ``q``'s means misses the curvature that ``q``'s spread adds: in the
     centred eight schools the log joint's curvature in ``log tau`` is ``-2 S / tau^2`` with
@@ -364,17 +364,11 @@ def location_hessian(target, covered: tuple, draws: int = HESSIAN_DRAWS):
     families = target.families
 
     @jax.jit
-    def at_draw(params, data, key):
+    def at_draw(params, data, eps):
         bound = bind_data(target, data) if target.takes_data else target
         locs = {name: location(families[name], params[name]) for name, _ in covered}
         point = inputs_at_means(params, families, target.log_space)
-        keys = jax.random.split(key, len(covered))
-        at = {
-            name: location_draw(
-                families[name], params[name], jax.random.normal(k, location_shape(families[name]))
-            )
-            for (name, _), k in zip(covered, keys, strict=True)
-        }
+        at = {name: location_draw(families[name], params[name], eps[name]) for name, _ in covered}
 
         def log_joint(flat):
             moved = _unflat(flat, covered, locs)
@@ -383,12 +377,17 @@ def location_hessian(target, covered: tuple, draws: int = HESSIAN_DRAWS):
 
         return jax.hessian(log_joint)(_flat(at, covered).astype(jnp.float32))
 
-    keys = jax.random.split(jax.random.key(HESSIAN_SEED), draws)
+    # standard normal draws made once on the host: no random-bit generator in the program
+    rng = np.random.default_rng(HESSIAN_SEED)
+    draws_eps = [
+        {name: rng.standard_normal(location_shape(families[name])).astype(np.float32) for name, _ in covered}
+        for _ in range(draws)
+    ]
 
     def hessian(params, data):
         # one program for one draw, called once a draw: it compiles as the Hessian at one point
-        # does (the draws as a loop inside one program took its compilation from 0.1-0.8 s to
-        # 1.1-2.5 s; a horseshoe's first stage waited 2.2 s for it)
-        return np.stack([np.asarray(at_draw(params, data, key)) for key in keys])
+        # does (the draws as a loop inside one program, their normals from a key, took its
+        # compilation from 0.1-0.8 s to 1.1-2.5 s; a horseshoe's first stage waited 2.2 s for it)
+        return np.stack([np.asarray(at_draw(params, data, eps)) for eps in draws_eps])
 
     return hessian
