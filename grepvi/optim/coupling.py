@@ -357,7 +357,7 @@ def location_hessian(target, covered: tuple, draws: int = HESSIAN_DRAWS):
     centred eight schools the log joint's curvature in ``log tau`` is ``-2 S / tau^2`` with
     ``S = sum (theta - mu)^2``, 2.2 at the means against 15.3 in expectation (``S`` at the
     means leaves out the thetas' variances); coupled by it, the fit ran to the draws cap
-    where uncoupled it converged (with the expectation ``C``'s smallest eigenvalue is 0.17:
+    where uncoupled it converged (with the expectation ``C``'s smallest eigenvalue is 0.16:
     not coupled)."""
     from grepvi.target import bind_data, inputs_at_means
 
