@@ -251,13 +251,14 @@ def standardized_entropy_path(
 
     ``latents``: the draw as the target receives it; ``log q`` is evaluated at the draw in the
     log space of the support (``log z``, ``logit z``: :meth:`Family.log_space_transform`), where
-    a small shape's draw is not rounded to 0.
+    a small shape's draw is not rounded to 0. ``location_hessian``, ``coupled``: the coupled
+    block's ``(H, on)`` and its covered latents (``((name, size), ...)``): a coupled gamma's
+    path through its log-mean is left to :func:`path_entropy_correction`.
     """
     names = set(covered)
     pieces = {}
     if location_hessian is not None and coupled:
-        located = coupling.covered_locations(families)
-        pieces = coupling.coupled_pieces(location_hessian[1], located, families)
+        pieces = coupling.coupled_pieces(location_hessian[1], coupled, families)
     total = 0.0
     own = {}
     for name, family in families.items():
@@ -354,7 +355,7 @@ def _surrogate_and_local(
             target.log_space,
             covered,
             target.location_hessian,
-            {name for name, _ in coupled},
+            coupled,
         )
         correction = correction + path
         local = {name: value - own[name] if name in own else value for name, value in local.items()}

@@ -1309,6 +1309,8 @@ def _prepare_coupling(state: ControllerState, loop_state, couple, rho: float, se
     prepare = getattr(couple, "prepare_soon", None)
     if prepare is None or int(state.stage) != 0 or int(state.coupled) != 0 or int(state.batches) < 2:
         return
+    if couple.preparing():  # begun already: no distance to compute per batch
+        return
     probe = state._replace(accuracy=_f(distance(state.mean, _standard_error(state))))
     if _draws_factor(probe, rho, math.nan, settings, max(room, COUPLING_FACTOR)) >= COUPLING_FACTOR:
         prepare(loop_state.params)

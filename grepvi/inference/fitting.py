@@ -534,6 +534,7 @@ def location_coupler(target, data):
     couple.prepare = prepare
     couple.prepare_in_background = prepare_in_background
     couple.prepare_soon = prepare_soon
+    couple.preparing = lambda: bool(preparing or failed)
     couple.uncouple = rules.uncouple
     # the covered elements that are gammas' log-means, and those a loop state couples
     couple.gamma_elements = np.concatenate(
