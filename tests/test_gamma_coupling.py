@@ -13,6 +13,7 @@ import scipy.special
 import grepvi
 from grepvi.estimators.base import get_estimator
 from grepvi.families import Gamma, Normal
+from grepvi.inference import compilation_cache
 from grepvi.inference.state import make_target
 from grepvi.optim import coupling
 from grepvi.optim.natural_gradient import natural_gradient
@@ -270,3 +271,38 @@ def test_a_block_with_a_gamma_is_coupled_below_a_smaller_eigenvalue():
         coupling.coupling_with_funnels(stronger, share, coupling.covered_locations(mixed), mixed)[0]
         is not None
     )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        None,
+        compilation_cache.ONCE_COMPILER_OPTIONS,
+        compilation_cache.SMALL_MODEL_COMPILER_OPTIONS,
+        compilation_cache.LARGE_MODEL_COMPILER_OPTIONS,
+    ],
+)
+def test_the_hessian_program_is_exact_under_each_compiler_option_set(options):
+    """The Hessian's program compiled as :func:`hessian_compiler_options` may ask (LLVM at
+    ``-O0``, the older emitters, XLA's defaults) gives the log-Gaussian ridge's Hessian in
+    the gammas' log-means, ``-PRECISION`` at every draw (a quadratic in ``log z``), to
+    float32 rounding."""
+    families = {"z": Gamma(shape=(2,))}
+    target = make_target(_log_gaussian_ridge, families)
+    params = {"z": {"concentration": jnp.full(2, 3.0), "mean": jnp.array([1.5, 0.4])}}
+    covered = coupling.covered_locations(families)
+    draws = coupling.location_hessian(target, covered, draws=4, compiler_options=options)(params, None)
+    np.testing.assert_allclose(draws, np.broadcast_to(-PRECISION, draws.shape), rtol=1e-5, atol=1e-4)
+
+
+def test_hessian_compiler_options_by_the_hessians_cost():
+    """``-O0`` where the 16 draws' Hessians are cheap, the step's small-model options above
+    (XLA's older emitters at ``-O2``; a large model's ``-O3``) and where the cost is unknown
+    (NaN: a model that cannot be traced for it), XLA's own off the CPU."""
+    cheap = compilation_cache.HESSIAN_FAST_COMPILE_FLOPS
+    options = compilation_cache.hessian_compiler_options
+    assert options(100, cheap, backend="cpu") == compilation_cache.ONCE_COMPILER_OPTIONS
+    assert options(100, 2 * cheap, backend="cpu") == compilation_cache.SMALL_MODEL_COMPILER_OPTIONS
+    assert options(100, float("nan"), backend="cpu") == compilation_cache.SMALL_MODEL_COMPILER_OPTIONS
+    assert options(10**6, 2 * cheap, backend="cpu") == compilation_cache.LARGE_MODEL_COMPILER_OPTIONS
+    assert options(100, cheap, backend="gpu") is None

@@ -11,6 +11,7 @@ The directory is, in order: the ``path`` argument; the environment variable
 """
 
 import functools
+import math
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "default_cache_dir",
     "step_compiler_options",
     "once_compiler_options",
+    "hessian_compiler_options",
     "ENVIRONMENT_VARIABLE",
     "SMALL_MODEL_ELEMENTS",
 ]
@@ -153,6 +155,36 @@ def once_compiler_options(backend: str | None = None) -> dict | None:
     its own (20-40 ms each: 2 s for a 10-site model). Other backends: none."""
     backend = backend or jax.default_backend()
     return dict(ONCE_COMPILER_OPTIONS) if backend == "cpu" else None
+
+
+# flops of the coupling's 16 Hessians (draws x covered elements x the model's value and
+# gradient) up to which their program compiles at -O0
+HESSIAN_FAST_COMPILE_FLOPS = 2e7
+
+
+def hessian_compiler_options(
+    num_elements: int, flops: float = math.inf, backend: str | None = None
+) -> dict | None:
+    """XLA options for the location coupling's Hessian program
+    (:func:`grepvi.optim.coupling.location_hessian`), run once a stage where a run couples:
+    its compilation is a pause in the run's first stage, its runs are few.
+
+    On CPU, :func:`step_compiler_options` without the step's profile (a small model: XLA's
+    older loop emitters, LLVM at ``-O2``), and :func:`once_compiler_options` (``-O0``) where
+    the 16 draws' Hessians cost at most ``HESSIAN_FAST_COMPILE_FLOPS`` (``flops``: the
+    model's value and gradient at one point, times the covered elements and the draws).
+    With XLA's defaults the first call (compilation and 16 draws) took 1.02-1.18 s on the
+    horseshoe regression, 1.07-1.44 on the SIR epidemic, 0.53-0.65 on a Hawkes process; with
+    the older emitters at ``-O2`` 0.55, 0.75, 0.38, its later calls as fast (2.3 against
+    2.7-3.2 ms; 1.5 against 1.7-3.1; 7.5 against 5.2-5.7); at ``-O0`` 0.35-0.58, 0.67-0.73,
+    0.30-0.36, its later calls slower by a factor that grows with the model's cost (5.6 ms;
+    2.0-2.5; 44-68: the Hawkes process's Hessians cost 2.4e7 flops). Other backends: none."""
+    backend = backend or jax.default_backend()
+    if backend != "cpu":
+        return None
+    if flops <= HESSIAN_FAST_COMPILE_FLOPS:
+        return dict(ONCE_COMPILER_OPTIONS)
+    return step_compiler_options(num_elements, backend)
 
 
 def jit_for_compile_time(function, **jit_kwargs):

@@ -31,6 +31,7 @@ from grepvi.inference.batch_size import resolve_batch_size
 from grepvi.inference.compilation_cache import (
     SMALL_MODEL_ELEMENTS,
     enable_persistent_cache,
+    hessian_compiler_options,
     once_compiler_options,
     step_compiler_options,
 )
@@ -468,14 +469,14 @@ def setup(
         expandable=expanded_window is not None,
     )
     if batch_size is None and not parallel and any(c.linear for c in candidates):
-        plan = plan._replace(couple=location_coupler(step_target, data))
+        plan = plan._replace(couple=location_coupler(step_target, data, initial_loop.params))
     initial = driver.RunState(start, state, np.float64(0.0))
     return Setup(
         window, plan, initial, data, target, estimator, False, widened_window, batch_size, expanded_window
     )
 
 
-def location_coupler(target, data):
+def location_coupler(target, data, params: dict | None = None):
     """``(loop state) -> loop state or None``: the loop state with the natural rule's
     locations coupled at its parameters (:mod:`grepvi.optim.coupling`; the Hessian's program
     compiled at the first call, or ahead by ``couple.prepare(params)``), or None where they
@@ -495,7 +496,16 @@ def location_coupler(target, data):
     if not coupling.coupling_size(target.families):
         return None
     covered = coupling.covered_locations(target.families)
-    hessian = coupling.location_hessian(target, covered)
+
+    @functools.cache  # made at its first use: a fit that never tries the coupling does not trace it
+    def hessian_program():
+        flops = math.inf if params is None else model_gradient_flops(target, params, data)
+        flops *= coupling.HESSIAN_DRAWS * sum(size for _, size in covered)
+        options = hessian_compiler_options(latent_elements(target.families), flops)
+        return coupling.location_hessian(target, covered, compiler_options=options)
+
+    def hessian(params, data):
+        return hessian_program()(params, data)
 
     failed = []
     preparing = []  # the thread compiling the Hessian's program ahead, if any

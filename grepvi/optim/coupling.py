@@ -54,6 +54,7 @@ does not halve its error is dropped (:func:`grepvi.inference.controller._couplin
 The other latents keep their mean-field step.
 """
 
+import functools
 import math
 
 import jax
@@ -341,7 +342,9 @@ def coupling_with_funnels(hessian, indefinite_share, covered: tuple, families: d
     return full_k, full_h, keep
 
 
-def location_hessian(target, covered: tuple, draws: int = HESSIAN_DRAWS):
+def location_hessian(
+    target, covered: tuple, draws: int = HESSIAN_DRAWS, compiler_options: dict | None = None
+):
     """A ``(params, data) -> (draws, n, n)`` host array: Hessians of the target's log joint in the
     covered locations (:func:`location`: a gamma's log-mean, through ``log z``) at ``draws``
     draws of the covered latents in their locations' coordinates, whose mean estimates the
@@ -358,12 +361,16 @@ def location_hessian(target, covered: tuple, draws: int = HESSIAN_DRAWS):
     ``S = sum (theta - mu)^2``, 2.2 at the means against 15.3 in expectation (``S`` at the
     means leaves out the thetas' variances); coupled by it, the fit ran to the draws cap
     where uncoupled it converged (with the expectation ``C``'s smallest eigenvalue is 0.16:
-    not coupled)."""
+    not coupled).
+
+    ``compiler_options``: XLA options of the draw's program
+    (:func:`grepvi.inference.compilation_cache.hessian_compiler_options`); the default is
+    XLA's."""
     from grepvi.target import bind_data, inputs_at_means
 
     families = target.families
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compiler_options)
     def at_draw(params, data, eps):
         bound = bind_data(target, data) if target.takes_data else target
         locs = {name: location(families[name], params[name]) for name, _ in covered}
