@@ -104,7 +104,7 @@ def uncoupled(monkeypatch):
     Newton step crosses the concentration-rate ridge; ``tests/test_gamma_coupling.py``): here
     the coupling is off, as on a model whose correlated latents it does not cover (beta,
     Dirichlet; GARCH's and a Hawkes process's fits still rerun with the control variate)."""
-    monkeypatch.setattr(fitting, "location_coupler", lambda target, data: None)
+    monkeypatch.setattr(fitting, "location_coupler", lambda target, data, params=None: None)
 
 
 def test_the_rerun_lands_on_the_optimum_the_plain_estimator_finds(uncoupled, monkeypatch):

@@ -170,11 +170,15 @@ def _warmed(estimator, target, params, steps=200, draws=16):
 
 
 def test_the_regression_recovers_the_hessian_and_the_coupling_noise_vanishes():
+    """The running regression holds about the last 19 steps' slopes (decay 0.9): at 16 draws a
+    step its Hessian's sd over seeds was 10% (unbiased: within 2% on average over 20 seeds), at
+    256 draws about 2.5%; with it the location gradients' per-draw variance falls below 1% of
+    the path derivative's."""
     target, params = _ridge()
     estimator = get_estimator("grep", control_variate="quadratic")
-    state = _warmed(estimator, target, params)
+    state = _warmed(estimator, target, params, draws=256)
     expansion = qcv.expansion(state[1], params, target.families, target.log_space)
-    np.testing.assert_allclose(np.asarray(expansion.hessian), -_ridge_precision(), rtol=0.02)
+    np.testing.assert_allclose(np.asarray(expansion.hessian), -_ridge_precision(), rtol=0.1)
 
     default = get_estimator("grep")
     default_state = default.carried.init(target.families, target.log_space)
@@ -189,6 +193,31 @@ def test_the_regression_recovers_the_hessian_and_the_coupling_noise_vanishes():
     # measured: 8.0 per draw with the path derivative, ~1e-5 with the expansion
     assert np.all(plain > 1.0), plain
     assert np.all(expanded < 0.01 * plain), (expanded, plain)
+
+
+def test_a_steps_slope_is_unbiased_from_a_single_draw():
+    """A step of one draw adds an unbiased slope ``(y - g) u'`` to the regression, ``g`` the
+    running gradient (not the step's own ``y``, whose centring left a one-draw step's slope at
+    exactly 0 and an ``n``-draw step's at ``(n - 1) / n`` of it): over 100,000 one-draw steps
+    from one state the added slopes average to the ridge's Hessian within 5 Monte Carlo
+    standard errors (Stein's identity: the inputs are Gaussian)."""
+    target, params = _ridge()
+    estimator = get_estimator("grep", control_variate="quadratic")
+    state = _arbitrary_state(estimator, target)
+    carried = grep_module.multi_sample_carried(
+        lambda k, p, t, s: estimator.carried.estimate(k, p, t, s), 1, compute_variance=False
+    )
+
+    def slope(key):
+        _, _, statistics = carried(key, params, target, state)
+        after = qcv.advance(state[1], statistics[1])
+        return jnp.ravel((after.hessian - qcv.DECAY * state[1].hessian) / (1.0 - qcv.DECAY))
+
+    keys = jax.random.split(jax.random.key(5), NUM_DRAWS)
+    slopes = np.asarray(jax.jit(jax.vmap(slope))(keys), np.float64)
+    exact = -_ridge_precision().ravel()
+    assert np.all(_standard_errors_off(slopes, exact) < MAX_STANDARD_ERRORS), (slopes.mean(0), exact)
+    assert np.all(np.abs(exact) > 10.0 * slopes.std(0, ddof=1) / np.sqrt(NUM_DRAWS))  # 0 would fail
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,33 @@ def test_stack_and_unstack_are_inverse_on_parameter_trees():
     assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(tree)
     for x, y in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree), strict=True):
         np.testing.assert_array_equal(x, y)
+    # sliced on the host (the fit's result): the same numbers, NumPy pieces
+    on_host = plan.unstack(stacked, on_host=True)
+    assert jax.tree_util.tree_structure(on_host) == jax.tree_util.tree_structure(tree)
+    assert isinstance(on_host["params"]["c"]["mean"], np.ndarray)
+    for x, y in zip(jax.tree_util.tree_leaves(on_host), jax.tree_util.tree_leaves(tree), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_a_fits_result_is_unstacked_on_the_host_as_by_a_program():
+    """``fitting._unstacked`` (slices on the host, put back on the device) gives the compiled
+    ``unstack``'s arrays bit for bit, dtypes and shapes included, keys left as keys."""
+    from grepvi.inference.fitting import _unstacked
+
+    families = _families()
+    plan = stacking.plan(families)
+    params = {name: family.init_params() for name, family in families.items()}
+    stacked = plan.stack({"params": params, "key": jax.random.key(3), "count": jnp.int32(7)})
+    stacked["params"] = jax.tree_util.tree_map(lambda x: x + 0.25, stacked["params"])
+    by_program = jax.jit(plan.unstack)(stacked)
+    by_host = _unstacked(plan, stacked)
+    assert jax.tree_util.tree_structure(by_host) == jax.tree_util.tree_structure(by_program)
+    for x, y in zip(jax.tree_util.tree_leaves(by_host), jax.tree_util.tree_leaves(by_program), strict=True):
+        assert isinstance(x, jax.Array) and x.dtype == y.dtype and x.shape == y.shape
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            np.testing.assert_array_equal(jax.random.key_data(x), jax.random.key_data(y))
+        else:
+            np.testing.assert_array_equal(x, y)
 
 
 def test_the_stacked_target_is_the_model_and_its_grep_gradient_the_same_numbers():

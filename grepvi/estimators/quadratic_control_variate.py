@@ -176,7 +176,9 @@ def advance(running: RunningExpansion, statistics: dict, decay: float = DECAY) -
     ``H_t = mean(y u') - mean(y) mean(u)'`` (the draws' covariance over the known variances).
     A step with a non-finite statistic leaves them as they were."""
     y, u, yu = statistics["y"], statistics["u"], statistics["yu"]
-    slope = yu - jnp.outer(y, u)
+    known = running.weight > 0
+    centre = jnp.where(known, running.gradient / jnp.where(known, running.weight, 1.0), y)
+    slope = yu - jnp.outer(centre, u)
     finite = jnp.logical_and(jnp.all(jnp.isfinite(y)), jnp.all(jnp.isfinite(slope)))
     return RunningExpansion(
         gradient=jnp.where(finite, decay * running.gradient + (1.0 - decay) * y, running.gradient),

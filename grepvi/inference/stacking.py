@@ -108,9 +108,12 @@ class Stacking(NamedTuple):
     def _is_latent_dict(self, keys) -> bool:
         return len(keys) == len(self.stacked_families) and all(k in self.stacked_families for k in keys)
 
-    def unstack(self, tree):
+    def unstack(self, tree, on_host: bool = False):
         """``tree`` with every dict keyed by the stacked latents replaced by one keyed by the
-        original latents (each leaf's leading axis sliced and reshaped to the latent's shape)."""
+        original latents (each leaf's leading axis sliced and reshaped to the latent's shape).
+        ``on_host``: the slices are NumPy arrays (outside a trace, no program compiled; the
+        caller puts them back on a device)."""
+        slice_leaf = _slice_on_host if on_host else _slice
 
         def convert(node):
             if not (isinstance(node, dict) and self._is_latent_dict(node)):
@@ -119,7 +122,7 @@ class Stacking(NamedTuple):
             for key, (members, _) in self.groups.items():
                 for member in members:
                     out[member.name] = jax.tree_util.tree_map(
-                        lambda leaf, m=member: _slice(leaf, m), node[key]
+                        lambda leaf, m=member: slice_leaf(leaf, m), node[key]
                     )
             return {name: out[name] for name in sorted(out)}
 
@@ -192,6 +195,13 @@ class Stacking(NamedTuple):
 
 def _slice(leaf, member: Member):
     leaf = jnp.asarray(leaf)
+    return leaf[member.start : member.start + member.size].reshape(member.batch_shape + leaf.shape[1:])
+
+
+def _slice_on_host(leaf, member: Member):
+    if jax.dtypes.issubdtype(getattr(leaf, "dtype", np.float32), jax.dtypes.prng_key):
+        return _slice(leaf, member)  # a key has no NumPy form
+    leaf = np.asarray(leaf)
     return leaf[member.start : member.start + member.size].reshape(member.batch_shape + leaf.shape[1:])
 
 
