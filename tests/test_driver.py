@@ -91,6 +91,41 @@ def test_a_fit_compiles_one_program(monkeypatch):
     assert windows[0].jitted._cache_size() == 0  # every call went to the one ahead-of-time program
 
 
+def test_nothing_compiles_after_the_first_window_of_a_fit_that_does_not_couple():
+    """The programs a default fit needs beside its window (the controller's Fisher distance,
+    the result's unstacking) are compiled while XLA compiles the window, or not at all: after
+    the first window's callback no program compiles (each was 0.03-0.2 s of a small model's
+    time to the answer, after the window's compilation). Two stacked beta latents: no location
+    coupling, no Hessian."""
+    from grepvi.testing import beta_bernoulli
+
+    first = beta_bernoulli(outcomes=(1.0, 0.0, 1.0, 1.0))
+    second = beta_bernoulli(outcomes=(0.0, 0.0, 1.0))
+
+    def logdensity_fn(z):
+        return first.logdensity_fn({"prob": z["p"]}) + second.logdensity_fn({"prob": z["q"]})
+
+    families = {"p": first.families["prob"], "q": second.families["prob"]}
+    compiled, windows = [], []
+
+    def on_duration(name, seconds, **kwargs):
+        if name.endswith("backend_compile_duration"):
+            compiled.append((len(windows), kwargs.get("fun_name", "")))
+
+    def callback(event):
+        windows.append(event)
+        return False
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    try:
+        result = grepvi.fit(logdensity_fn, families, progress=False, callback=callback, seed=3)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_duration)
+    assert result.converged and len(windows) > 10
+    assert [name for after, name in compiled if after >= 1] == [], compiled
+    assert any(name == "jit(program)" for _, name in compiled)  # the listener saw the window
+
+
 @pytest.mark.filterwarnings("ignore::grepvi.errors.NotConvergedWarning")
 def test_the_window_lowered_with_threefry_unrolled_runs_bitwise_the_rolled_loops_fit(monkeypatch):
     """The window's Threefry hashes lowered unrolled (grepvi.threefry.unrolled_lowering) and

@@ -470,6 +470,12 @@ def setup(
     )
     if batch_size is None and not parallel and any(c.linear for c in candidates):
         plan = plan._replace(couple=location_coupler(step_target, data, initial_loop.params))
+    if window.compiling():  # the controller's Fisher distance compiled while XLA compiles the window
+        zeros = jax.tree_util.tree_map(lambda leaf: np.zeros(np.shape(leaf), np.float32), initial_loop.params)
+        try:
+            plan.distance(zeros, zeros)
+        except Exception:  # noqa: BLE001 - a warm-up: the controller's own call reports a failure
+            pass
     initial = driver.RunState(start, state, np.float64(0.0))
     return Setup(
         window, plan, initial, data, target, estimator, False, widened_window, batch_size, expanded_window

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from grepvi.errors import ConfigError
@@ -171,13 +172,13 @@ def select(tree: Any, index: int, step_size: float, repeats: int = 1) -> Any:
     """``tree`` (a state holding one or more :class:`SwitchState`) with every switch set to
     rule ``index`` at ``step_size``, averaging ``repeats`` gradient estimates per step."""
 
-    def set_one(node):
+    def set_one(node):  # host values: a device conversion compiles a program at its first call
         if not _is_switch(node):
             return node
         return node._replace(
-            index=jnp.asarray(index, jnp.int32),
-            step_size=jnp.asarray(step_size, jnp.float32),
-            repeats=jnp.asarray(repeats, jnp.int32),
+            index=np.asarray(index, np.int32),
+            step_size=np.asarray(step_size, np.float32),
+            repeats=np.asarray(repeats, np.int32),
         )
 
     return jax.tree_util.tree_map(set_one, tree, is_leaf=_is_switch)
