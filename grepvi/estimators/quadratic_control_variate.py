@@ -173,8 +173,16 @@ def draw_statistics(
 
 def advance(running: RunningExpansion, statistics: dict, decay: float = DECAY) -> RunningExpansion:
     """The running averages after a step whose draws averaged ``statistics``: ``g_t = mean y``,
-    ``H_t = mean(y u') - mean(y) mean(u)'`` (the draws' covariance over the known variances).
-    A step with a non-finite statistic leaves them as they were."""
+    ``H_t = mean(y u') - g mean(u)'`` with ``g`` the running gradient before the step (the
+    step's own ``mean y`` at the first step). ``u`` has mean 0 under ``q`` exactly and ``g``
+    does not depend on the step's draws, so ``E[H_t] = Cov(y, x) / s^2`` at any number of draws;
+    centred by the step's own ``mean y`` (until the fifty-fifth session) it was ``(n - 1) / n``
+    of that, exactly 0 at one draw a step: a Hawkes process's first stage (one draw a step),
+    run again with the control variate, ended at 0.0586 sd against 0.0601 without it (0.0338
+    now), and the next stage's draws, sized by that error, were 64 where 30 now reach the
+    tolerance (the fit 16.6 -> 8.3 s; on the tests' ridge, 20 seeds of 300 steps, the Hessian
+    was 27% low at 4 draws a step before, within 4% now). A step with a non-finite statistic
+    leaves them as they were."""
     y, u, yu = statistics["y"], statistics["u"], statistics["yu"]
     known = running.weight > 0
     centre = jnp.where(known, running.gradient / jnp.where(known, running.weight, 1.0), y)
