@@ -174,10 +174,10 @@ def hessian_compiler_options(
     the 16 draws' Hessians cost at most ``HESSIAN_FAST_COMPILE_FLOPS`` (``flops``: the
     model's value and gradient at one point, times the covered elements and the draws).
     With XLA's defaults the first call (compilation and 16 draws) took 1.02-1.18 s on the
-    horseshoe regression, 1.07-1.44 on the SIR epidemic, 0.53-0.65 on a Hawkes process; with
-    the older emitters at ``-O2`` 0.55, 0.75, 0.38, its later calls as fast (2.3 against
+    horseshoe regression, 1.07-1.44 on the SIR epidemic, 0.53-0.59 on a Hawkes process; with
+    the older emitters at ``-O2`` 0.55, 0.75, 0.38, its later calls about as fast (2.3 against
     2.7-3.2 ms; 1.5 against 1.7-3.1; 7.5 against 5.2-5.7); at ``-O0`` 0.35-0.58, 0.67-0.73,
-    0.30-0.36, its later calls slower by a factor that grows with the model's cost (5.6 ms;
+    0.30-0.36, its later calls slower by a factor that grows with the model's cost (4.6-6.1 ms;
     2.0-2.5; 44-68: the Hawkes process's Hessians cost 2.4e7 flops). Other backends: none."""
     backend = backend or jax.default_backend()
     if backend != "cpu":
