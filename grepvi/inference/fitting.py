@@ -498,7 +498,11 @@ def location_coupler(target, data, params: dict | None = None):
     fifty-fourth session :func:`setup` compiled it beside the window's program for every fit
     with a covered location; with the gammas' log-means covered, and the program an expectation
     over draws, that cost the fits that never couple 0.3-1.0 s. ``couple.mask(loop)``: the
-    covered elements a loop state couples; ``couple.gamma_elements``: those that are gammas'."""
+    covered elements a loop state couples; ``couple.gamma_elements``: those that are gammas'.
+
+    ``params``: parameters of the fit's shapes (its initial ones), which size the Hessian's
+    cost and so its compiler options (:func:`~grepvi.inference.compilation_cache.hessian_compiler_options`;
+    None: the step's options for the model's size)."""
     if not coupling.coupling_size(target.families):
         return None
     covered = coupling.covered_locations(target.families)
