@@ -485,7 +485,7 @@ def setup(
 def location_coupler(target, data, params: dict | None = None):
     """``(loop state) -> loop state or None``: the loop state with the natural rule's
     locations coupled at its parameters (:mod:`grepvi.optim.coupling`; the Hessian's program
-    compiled at the first call, or ahead by ``couple.prepare(params)``), or None where they
+    compiled at the first call, or ahead by ``couple.prepare_soon(params)``), or None where they
     are not coupled enough to need it or the model covers too few or too many. None where it
     covers none.
 
@@ -551,8 +551,6 @@ def location_coupler(target, data, params: dict | None = None):
         if not preparing and not failed:
             prepare_in_background(params)
 
-    couple.prepare = prepare
-    couple.prepare_in_background = prepare_in_background
     couple.prepare_soon = prepare_soon
     couple.preparing = lambda: bool(preparing or failed)
     couple.uncouple = rules.uncouple

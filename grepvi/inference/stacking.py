@@ -193,16 +193,15 @@ class Stacking(NamedTuple):
         return out
 
 
-def _slice(leaf, member: Member):
-    leaf = jnp.asarray(leaf)
+def _slice(leaf, member: Member, xp=jnp):
+    leaf = xp.asarray(leaf)
     return leaf[member.start : member.start + member.size].reshape(member.batch_shape + leaf.shape[1:])
 
 
 def _slice_on_host(leaf, member: Member):
     if jax.dtypes.issubdtype(getattr(leaf, "dtype", np.float32), jax.dtypes.prng_key):
         return _slice(leaf, member)  # a key has no NumPy form
-    leaf = np.asarray(leaf)
-    return leaf[member.start : member.start + member.size].reshape(member.batch_shape + leaf.shape[1:])
+    return _slice(leaf, member, np)
 
 
 def _concatenate(leaves, members):
