@@ -383,6 +383,7 @@ LARGER_MODELS = {
 
 def _all_models():
     from blind_models import BLIND_MODELS
+    from bugs_models import BUGS_MODELS
     from classic_models import CLASSIC_MODELS
     from corner_models import CORNER_MODELS
     from edge_models import EDGE_MODELS
@@ -410,6 +411,7 @@ def _all_models():
         **EDGE_MODELS,
         **FRONTIER_MODELS,
         **OUTLIER_MODELS,
+        **BUGS_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

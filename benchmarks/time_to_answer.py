@@ -19,6 +19,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --examples            # the eight of example_models.py
     python benchmarks/time_to_answer.py --supports            # the eleven of support_models.py
     python benchmarks/time_to_answer.py --blind               # the thirteen of blind_models.py
+    python benchmarks/time_to_answer.py --bugs                # the seven of bugs_models.py
     python benchmarks/time_to_answer.py --same-process --contenders nuts svi grepvi
 
 ``--same-process`` runs a model's contenders one after another in one process (in the order
@@ -373,6 +374,7 @@ MODEL_SETS = {
     "examples": ("example_models", "EXAMPLE_MODELS", "the eight of example_models.py"),
     "supports": ("support_models", "SUPPORT_MODELS", "the eleven of support_models.py"),
     "blind": ("blind_models", "BLIND_MODELS", "the thirteen of blind_models.py"),
+    "bugs": ("bugs_models", "BUGS_MODELS", "the seven of bugs_models.py"),
 }
 
 
