@@ -193,7 +193,8 @@ def oxford(year, r0, n0, r1, n1):
         numpyro.sample("r1", dist.Binomial(n1, logits=mu + log_psi), obs=r1)
 
 
-def _dogs(num_dogs=30, num_trials=25, log_a=np.log(0.79), log_b=np.log(0.92)):
+def _dogs(num_dogs=30, num_trials=25, a=0.79, b=0.92):
+    log_a, log_b = np.log(a), np.log(b)
     shocked = np.zeros((num_dogs, num_trials), np.float32)
     for dog in range(num_dogs):
         avoided = shocks = 0
