@@ -7,7 +7,7 @@ simulated with this module's own seed where it is long (Oxford, Dogs).
 * ``leuk``: Cox regression by the counting process of Andersen & Gill (BUGS "Leuk"): the
   remission times of 42 leukaemia patients (Freireich et al. 1963; 6-MP against placebo, 12
   censored), the baseline hazard's 17 increments a gamma process ``dL0_j ~ Gamma(c r dt_j,
-  c)`` with ``c = 0.001`` and ``r = 0.1`` (prior shapes 1e-4 to 5e-4: gamma latents at tiny
+  c)`` with ``c = 0.001`` and ``r = 0.1`` (prior shapes 1e-4 to 1.2e-3: gamma latents at tiny
   prior shapes), ``beta ~ Normal(0, 1000)``.
 * ``beetles``: Bliss's (1935) beetle mortality at 8 doses of carbon disulphide, a binomial
   with the complementary log-log link, vague normal priors (BUGS "Beetles").
@@ -24,11 +24,12 @@ simulated with this module's own seed where it is long (Oxford, Dogs).
 * ``oxford``: the Oxford survey of childhood cancers (Breslow & Clayton 1993; BUGS "Oxford"),
   120 strata of matched case and control counts by year of birth, the strata's baselines
   under ``Normal(0, 1000)``, the log odds ratio quadratic in the year with a ``Normal(0,
-  sigma)`` effect per stratum (simulated at the example's posterior means).
+  sigma)`` effect per stratum (simulated near the example's estimates: ``alpha`` 0.58, ``sigma``
+  0.1).
 * ``dogs``: Solomon & Wynne's avoidance learning, 30 dogs x 25 trials (BUGS "Dogs"): the
   probability of a shock ``A^avoidances B^shocks``, ``log A`` and ``log B`` each ``Uniform(-10,
   -1e-5)`` (a bounded negative support), a Bernoulli with probabilities by a log link
-  (simulated at the example's estimates, ``A = 0.79``, ``B = 0.92``).
+  (simulated at ``A = 0.79``, ``B = 0.92``, near the example's estimates).
 """
 
 import numpy as np

@@ -583,3 +583,77 @@ def test_an_unconverged_run_names_the_latent_that_holds_its_error():
         distance,
     )
     assert converged.error_latent == "" and math.isnan(converged.error_share)  # interrupted: not named
+
+
+def test_the_change_between_stages_is_shared_out_by_latent_in_the_fisher_metric():
+    """``change_shares``: each latent's share of the squared change between two stage
+    averages in ``q``'s Fisher metric (block-diagonal by latent for mean-field ``q``: the
+    shares are each latent's own squared distance over the whole, and sum to 1)."""
+    from grepvi.families import Gamma, Normal
+    from grepvi.inference import fitting
+
+    families = {"a": Normal(shape=(2,)), "b": Gamma(shape=(3,))}
+    previous = {
+        "a": {"loc": np.array([0.0, 1.0]), "scale": np.array([0.5, -0.3])},
+        "b": {"concentration": np.array([1.0, 2.0, 0.5]), "mean": np.array([0.0, -1.0, 2.0])},
+    }
+    average = jax.tree_util.tree_map(lambda x: x + 0.05 * np.arange(1, x.size + 1).reshape(x.shape), previous)
+    distance = fitting._fisher_distance(families)
+    shares = controller.change_shares(average, previous, distance)
+    delta = jax.tree_util.tree_map(np.subtract, average, previous)
+    own = {
+        name: distance(
+            average,
+            {k: v if k == name else jax.tree_util.tree_map(np.zeros_like, v) for k, v in delta.items()},
+        )
+        ** 2
+        for name in delta
+    }
+    whole = distance(average, delta) ** 2
+    assert sum(shares.values()) == pytest.approx(1.0, rel=1e-6)
+    assert shares == pytest.approx({name: value / whole for name, value in own.items()}, rel=1e-6)
+    assert controller.change_shares(previous, previous, distance) == {}
+    only_b = {"a": previous["a"], "b": average["b"]}  # a's q did not move
+    assert controller.change_shares(only_b, previous, distance) == pytest.approx({"a": 0.0, "b": 1.0})
+    moved = controller._largest_change(
+        controller.init(_Loop(average, jax.random.key(0)), 1, 0.1)._replace(mean=average, previous=previous),
+        distance,
+    )
+    largest = max(shares, key=shares.get)
+    assert sorted(shares)[int(moved["change_latent"])] == largest
+    assert float(moved["change_share"]) == pytest.approx(shares[largest])
+
+
+def test_a_run_stopped_unconverged_after_two_stages_names_the_latent_that_moved_most():
+    """A real fit's stage end records the latent whose ``q`` moved most from the previous
+    stage's average (the eight schools converge at their second stage's end, where the state
+    still holds both averages: two stacked latents, ``mu+theta`` and ``tau``); the record
+    names it for a run stopped unconverged there (BUGS "Oxford" ran to its draws cap with its
+    group scale's ``q`` shrinking: 50% of its last change, and its warning says so), not for
+    a converged or interrupted one."""
+    import warnings
+
+    from grepvi.inference import fitting, stacking
+
+    model, data = ZOO["eight_schools"]
+    adapted = from_numpyro(model, *data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a converged run: no warning
+        result = adapted.fit(progress=False)
+    record = result.convergence
+    assert record.converged and record.num_stages >= 2
+    assert record.change_latent == "" and math.isnan(record.change_share)
+    state = result.run_state.controller
+    distance = fitting._fisher_distance(stacking.plan(result.families).stacked_families)
+    shares = controller.change_shares(state.mean, state.previous, distance)
+    assert len(shares) >= 2 and int(state.change_latent) >= 0
+    largest = max(shares, key=shares.get)
+    assert sorted(state.previous)[int(state.change_latent)] == largest
+    stopped = state._replace(reason=np.asarray(controller.REASONS.index("max_draws")))
+    candidates = [rules.Candidate("natural", 0, 0.1, linear=True)] * (int(state.candidate) + 1)
+    named = controller.convergence(stopped, candidates, controller.AdaptiveSettings(), distance)
+    assert named.change_latent == largest and named.change_share == pytest.approx(shares[largest])
+    interrupted = controller.convergence(
+        state._replace(reason=np.asarray(0)), candidates, controller.AdaptiveSettings(), distance
+    )
+    assert interrupted.change_latent == ""

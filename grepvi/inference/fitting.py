@@ -1035,6 +1035,12 @@ def _warn_unusable(arrays: dict) -> None:
         )
 
 
+def _bias_dominates(convergence: Convergence) -> bool:
+    """Whether a stopped run's estimated stage bias exceeds its answer's Monte Carlo error."""
+    bias, error = convergence.stage_bias, convergence.monte_carlo_error
+    return math.isfinite(bias) and not (math.isfinite(error) and bias <= error)
+
+
 def _warn(
     trace: driver.TraceObserver,
     convergence: Convergence,
@@ -1066,6 +1072,14 @@ def _warn(
             remedy = (
                 f"{convergence.error_share:.0%} of the answer's Monte Carlo error is in the q of "
                 f"{convergence.error_latent!r}. {remedy}"
+            )
+        if convergence.change_latent and _bias_dominates(convergence):
+            remedy = (
+                f"The answer's error is mostly its stages' drift: {convergence.change_share:.0%} of "
+                f"the change between the last two stages' averages is in the q of "
+                f"{convergence.change_latent!r}, which still moves as the step shrinks (a ridge, "
+                "or a scale whose q shrinks towards 0 as a centred hierarchy's can; a non-centred "
+                f"form of that part may settle). {remedy}"
             )
         warnings.warn(
             f"fit[{estimator.name}] stopped before converging: {convergence.summary()}{skipped_note}. "
