@@ -1,6 +1,7 @@
-"""Seven classic BUGS examples (Spiegelhalter, Thomas, Best & Gilks 1996, Volumes I and II) not in
-the other sets, written in the fifty-sixth session as a user would write them in NumPyro (the
-BUGS code's priors, vague ones included), before anything was run on them. Data from the
+"""Seven classic BUGS examples (the BUGS and WinBUGS example volumes; Spiegelhalter, Thomas,
+Best & Gilks 1996) not in the other sets, written in the fifty-sixth session as a user would
+write them in NumPyro (the BUGS code's priors, vague ones included), before anything was run
+on them. Data from the
 examples where it is short and published (Leuk, Beetles, Magnesium, Alligators, Hearts);
 simulated with this module's own seed where it is long (Oxford, Dogs).
 

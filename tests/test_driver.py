@@ -172,6 +172,31 @@ def test_resume_never_runs_past_the_cap():
     assert again.convergence.num_iterations == 600 and again.trace.elbo.size == 0
 
 
+def test_a_run_that_ended_with_a_verdict_resumes_to_the_same_answer():
+    """``resumable``: a converged or drifting run stays as it ended (resuming it runs no
+    step and gives the same answer, bitwise); a run stopped by a cap goes on. A drifting
+    horseshoe regression resumed ran one more window and answered with another average."""
+    model = gamma_poisson()
+    done = grepvi.fit(model.logdensity_fn, model.families, progress=False)
+    assert done.convergence.reason == "converged"
+    drifting = done.run_state._replace(
+        controller=done.run_state.controller._replace(reason=np.asarray(controller.REASONS.index("drifting")))
+    )
+    capped = done.run_state._replace(
+        controller=done.run_state.controller._replace(
+            reason=np.asarray(controller.REASONS.index("max_draws"))
+        )
+    )
+    assert driver.resumable(done.run_state) is done.run_state
+    assert driver.resumable(drifting) is drifting
+    assert int(driver.resumable(capped).controller.reason) == 0
+    with pytest.warns(NotConvergedWarning, match="drifting"):
+        again = grepvi.fit(model.logdensity_fn, model.families, progress=False, resume=drifting)
+    assert again.convergence.reason == "drifting" and again.trace.elbo.size == 0
+    assert again.convergence.num_iterations == done.convergence.num_iterations
+    assert _same(again.params, done.params)
+
+
 def test_a_window_runs_exactly_its_active_steps():
     """``window(state, data, k)`` applies k steps (the same state as k one-step windows),
     reports k ELBOs and the mean of those k iterates."""

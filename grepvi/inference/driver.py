@@ -547,11 +547,18 @@ def _size_trial(state, loop, plan, time_budget, max_steps, elapsed, per_step):
     )
 
 
+FINAL_REASONS = ("converged", "drifting")  # a verdict on the run, not a cap: a resume keeps it
+
+
 def resumable(run_state: RunState) -> RunState:
     """A stored run state ready to continue: a run stopped by a cap or an interruption goes
-    on (a converged one stays converged)."""
+    on; one that ended with a verdict (``FINAL_REASONS``: converged, or its average seen to
+    drift) stays as it ended, so resuming it gives the same answer. Until the fifty-sixth
+    session a ``drifting`` run went on: a resumed horseshoe regression ran one more window
+    (4,150 -> 4,250 iterations), stopped ``drifting`` again and answered with another
+    average."""
     reason = controller.REASONS[int(run_state.controller.reason)]
-    if reason == "converged":
+    if reason in FINAL_REASONS:
         return run_state
     return run_state._replace(controller=run_state.controller._replace(reason=np.asarray(0, np.int64)))
 

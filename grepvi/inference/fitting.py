@@ -84,9 +84,10 @@ class FitResult(NamedTuple):
         estimated ``accuracy``, the rule kept and why); see :class:`grepvi.inference.controller.Convergence`.
       run_state: everything the run needs to continue (:class:`grepvi.inference.driver.RunState`):
         ``fit(..., resume=result.run_state)`` with a larger cap goes on as if it had not
-        stopped. It holds the run's own layout: latents of one family with equal options
-        stacked into one (:mod:`grepvi.inference.stacking`; ``params`` and ``state`` are in
-        the model's).
+        stopped (a converged or drifting run stays as it ended:
+        :func:`~grepvi.inference.driver.resumable`). It holds the run's own layout: latents of
+        one family with equal options stacked into one (:mod:`grepvi.inference.stacking`;
+        ``params`` and ``state`` are in the model's).
       batch_size: the rows of the data per step (``None``: every row), chosen by
         ``batch_size="auto"`` where not given.
     """
