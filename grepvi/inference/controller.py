@@ -368,6 +368,8 @@ class Convergence(NamedTuple):
         from) is the largest; ``""`` otherwise. Where the answer's bias exceeds its Monte Carlo
         error this says where the average still moves as ``rho / D`` shrinks.
       change_share: that share (nan where ``change_latent`` is ``""``).
+      settles: times a stage's average restarted at its end because its batch means still
+        moved along a line (:func:`settling`), all stages together.
     """
 
     converged: bool
@@ -392,6 +394,7 @@ class Convergence(NamedTuple):
     control_variate: str = ""
     change_latent: str = ""
     change_share: float = math.nan
+    settles: int = 0
 
     def summary(self) -> str:
         state = "converged" if self.converged else f"not converged ({self.reason})"
@@ -418,6 +421,11 @@ class Convergence(NamedTuple):
             + (
                 f" (the first stage's average restarted {self.climbs} time(s) while the ELBO climbed)"
                 if self.climbs
+                else ""
+            )
+            + (
+                f" (a stage's average restarted {self.settles} time(s) while its iterates still moved)"
+                if self.settles
                 else ""
             )
         )
@@ -505,6 +513,11 @@ class ControllerState(NamedTuple):
     # last stage change (change_shares; -1: none measured), and that share
     change_latent: np.ndarray = np.asarray(-1)
     change_share: np.ndarray = np.asarray(np.nan)
+    # sum over the stage's batch means of (batch index x mean): their trend against the index
+    # (:func:`settling`); None: not kept (a state built without it)
+    trend_sum: Any = None
+    settles: np.ndarray = np.asarray(0)  # times a stage's average restarted for its trend (all stages)
+    stage_settles: np.ndarray = np.asarray(0)  # those of the current stage
 
 
 def _i(value) -> np.ndarray:
@@ -595,6 +608,9 @@ def init(
         uncoupled_error=_f(np.nan),
         change_latent=_i(-1),
         change_share=_f(np.nan),
+        trend_sum=zeros,
+        settles=_i(0),
+        stage_settles=_i(0),
     )
 
 
@@ -709,12 +725,19 @@ def size_trial(
 
 def _welford_add(state: ControllerState, tree) -> ControllerState:
     count = int(state.batches) + 1
+    trend_sum = _trend_add(state.trend_sum, tree, count)
     if count == 1:
-        return state._replace(batches=_i(1), mean=tree, m2=_zeros_like_params(tree))
+        return state._replace(batches=_i(1), mean=tree, m2=_zeros_like_params(tree), trend_sum=trend_sum)
     delta = jax.tree_util.tree_map(np.subtract, tree, state.mean)
     mean = jax.tree_util.tree_map(lambda m, d: m + d / count, state.mean, delta)
     m2 = jax.tree_util.tree_map(lambda s, x, m, d: s + d * (x - m), state.m2, tree, mean, delta)
-    return state._replace(batches=_i(count), mean=mean, m2=m2)
+    return state._replace(batches=_i(count), mean=mean, m2=m2, trend_sum=trend_sum)
+
+
+def _trend_add(trend_sum, tree, index: int):
+    if trend_sum is None:
+        return None
+    return jax.tree_util.tree_map(lambda s, x: s + index * x, trend_sum, tree)
 
 
 def _standard_error(state: ControllerState):
@@ -763,6 +786,7 @@ def _new_stage_statistics(state: ControllerState) -> ControllerState:
         clipped_steps=_i(0),
         batch_elbo=_f(0.0),
         elbo_trend=np.zeros(5),
+        trend_sum=None if state.trend_sum is None else zeros,
     )
 
 
@@ -813,6 +837,58 @@ def climbing(state: ControllerState) -> bool:
     average, near the optimum, and a natural-gradient stage there may average along a ridge
     whose ELBO rises without end (a horseshoe regression; :func:`drifting` stops those)."""
     return int(state.stage) == 0 and batch_trend_t(state) > CLIMB_T
+
+
+SETTLE_SHARE = 0.5  # detrended error at most this share of the stage's error: still settling
+MAX_STAGE_SETTLES = 3  # restarts of one stage's average for its trend
+SETTLE_MIN_ERROR = 2.0  # tolerances: a stage's error below this is not worth a restart
+
+
+def detrended_accuracy(state: ControllerState, distance) -> float:
+    """The Monte Carlo error of the stage's average (sd, as ``accuracy``) from its batch means'
+    residuals about a straight line in their index: what the error would be were the stage's
+    trend not in its batch means. nan below 4 batches or without the trend's sums."""
+    n = int(state.batches)
+    if state.trend_sum is None or n < 4:
+        return math.nan
+    centre = (n + 1) / 2.0
+    sxx = n * (n * n - 1) / 12.0
+
+    def residual(m2, mean, trend_sum):
+        sxy = trend_sum - centre * n * mean
+        return np.sqrt(np.maximum(m2 - sxy * sxy / sxx, 0.0) / (n * (n - 2)))
+
+    errors = jax.tree_util.tree_map(residual, state.m2, state.mean, state.trend_sum)
+    return float(distance(state.mean, errors))
+
+
+def settling(state: ControllerState, accuracy: float, distance, tolerance: float, room: int) -> bool:
+    """Whether a stage's average restarts (at the same step and draws) because its batch means
+    still move: most of its error is their trend (:func:`detrended_accuracy` at most
+    ``SETTLE_SHARE`` of ``accuracy``), checked at every batch from ``min_batches`` on where
+    the stage is a later one (the first stage's climb is the ELBO's test, :func:`climbing`,
+    and its slide along a stiff direction the coupling's), its error over
+    ``SETTLE_MIN_ERROR`` tolerances, and its draws may still be raised (``room``, where a
+    trend read as noise would raise them for nothing); at most ``MAX_STAGE_SETTLES`` times a
+    stage.
+
+    A trend is not Monte Carlo noise, and more draws do not shrink it. UC Berkeley admissions
+    (McElreath's varying intercepts and slopes, non-centred): the coupled rerun of its first
+    stage read the department scales' slide along the non-centred ridge as an error of 0.087
+    sd (0.041 without the trend), drew 64 times the draws a step, slid on at that cost for
+    1,500 steps, and its average, half slide, lay 0.49 sd from the next stage's: the run
+    ended at the draws cap (10,550 steps, 16.2-16.5 s). With one restart it converges in
+    7,250 (9.1-10.1 s). Over the 163 models of the census, 160 ran as before; an AR(1) state
+    space model took 6,450 steps instead of 3,950 (6.1-7.0 s against 4.5-5.0): its second
+    stage restarted and, its error no longer inflated by the trend, raised the draws 5 times
+    where 10 times had sufficed before; its third stage restarted too, and a fourth ran.
+    """
+    if int(state.stage) < 1 or int(state.stage_settles) >= MAX_STAGE_SETTLES or room < 2:
+        return False
+    if not math.isfinite(accuracy) or accuracy <= SETTLE_MIN_ERROR * tolerance:
+        return False
+    detrended = detrended_accuracy(state, distance)
+    return math.isfinite(detrended) and detrended <= SETTLE_SHARE * accuracy
 
 
 def _stage_clipped(state: ControllerState) -> float:
@@ -1150,6 +1226,11 @@ def _stage_update(
     state = state._replace(accuracy=_f(accuracy))
     accurate = accuracy <= _tolerance(settings)
     averaged = int(state.batches) * _batch_windows_needed(rho, settings.window) * settings.window
+    if settling(state, accuracy, distance, _tolerance(settings), room):
+        restarted = _new_stage_statistics(state)._replace(phase=_i(AVERAGE))
+        return restarted._replace(
+            settles=_i(int(state.settles) + 1), stage_settles=_i(int(state.stage_settles) + 1)
+        ), loop_state
     if not accurate and drifting(state, accuracy, averaged * repeats):
         return state._replace(reason=_i(REASONS.index("drifting"))), loop_state
     costly = not accurate and _draws_factor(state, rho, math.nan, settings, room) >= EARLY_FACTOR
@@ -1231,6 +1312,7 @@ def _stage_update(
         previous_estimates=_i(previous_estimates),
         previous_iterations=_i(averaged),
         stage=_i(int(state.stage) + 1),
+        stage_settles=_i(0),
         step_size=_f(rho),
         repeats=_i(repeats),
         phase=_i(APPROACH),
@@ -1376,6 +1458,7 @@ def _run_again(state: ControllerState, next_state, coupled: int) -> tuple[Contro
     state = state._replace(
         coupled=_i(coupled),
         stage=_i(int(state.stage) + 1),
+        stage_settles=_i(0),
         phase=_i(APPROACH),
         best_elbo=_f(-np.inf),
         best_se=_f(np.nan),
@@ -1726,6 +1809,7 @@ def convergence(
         control_variate="quadratic" if int(getattr(state, "coupled", 0)) == EXPANDED else "",
         change_latent=change_latent,
         change_share=nan_safe(change_share),
+        settles=int(getattr(state, "settles", 0)),
     )
 
 
