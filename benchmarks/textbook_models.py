@@ -394,6 +394,7 @@ def _all_models():
     from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
     from support_models import SUPPORT_MODELS
+    from tutorial_models import TUTORIAL_MODELS
     from unseen_models import UNSEEN_MODELS
     from user_models import USER_MODELS
 
@@ -412,6 +413,7 @@ def _all_models():
         **FRONTIER_MODELS,
         **OUTLIER_MODELS,
         **BUGS_MODELS,
+        **TUTORIAL_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -20,6 +20,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --supports            # the eleven of support_models.py
     python benchmarks/time_to_answer.py --blind               # the thirteen of blind_models.py
     python benchmarks/time_to_answer.py --bugs                # the seven of bugs_models.py
+    python benchmarks/time_to_answer.py --tutorials           # the nine of tutorial_models.py
     python benchmarks/time_to_answer.py --same-process --contenders nuts svi grepvi
 
 ``--same-process`` runs a model's contenders one after another in one process (in the order
@@ -375,6 +376,7 @@ MODEL_SETS = {
     "supports": ("support_models", "SUPPORT_MODELS", "the eleven of support_models.py"),
     "blind": ("blind_models", "BLIND_MODELS", "the thirteen of blind_models.py"),
     "bugs": ("bugs_models", "BUGS_MODELS", "the seven of bugs_models.py"),
+    "tutorials": ("tutorial_models", "TUTORIAL_MODELS", "the nine of tutorial_models.py"),
 }
 
 
