@@ -6,6 +6,9 @@
 * :func:`grepvi.inference.fitting.draws_per_step`: the cost caps the draws only where a draw
   is expensive; ``setup`` starts an expensive model (a 20,000-row logistic regression) at
   fewer draws than its latent count allows and keeps a cheap conjugate model's 64.
+* :func:`grepvi.inference.fitting.affordable_repeats`: the controller repeats an expensive
+  step's draws fewer times (a step's draws cost at most ``MAX_STEP_FLOPS`` flops); a cheap
+  model's repeats are as before.
 * The natural gradient's state says which fraction of the elements its trust region shrank.
 """
 
@@ -83,6 +86,28 @@ def test_setup_starts_an_expensive_model_at_fewer_draws_and_a_cheap_one_as_befor
     model = testing.gamma_poisson()
     cheap = fitting.setup(fitting.make_target(model.logdensity_fn, model.families), estimator)
     assert cheap.plan.base_draws == fitting.draws_per_step(model.families, estimator) == 64
+
+
+def test_an_expensive_steps_draws_are_repeated_fewer_times():
+    """The log-Gaussian Cox process of ``benchmarks/tutorial_models.py`` (0.26 MFLOP a draw,
+    4 draws): 16 repeats, not 64; pumps (828 flops, 21 draws): 64 as before."""
+    assert fitting.affordable_repeats(64, 4, 258_872.0) == 16
+    assert fitting.affordable_repeats(64, 21, 828.0) == 64
+    assert fitting.affordable_repeats(64, 1, 1e12) == 2  # the repeats' program kept
+    assert fitting.affordable_repeats(1, 1, 1e12) == 1
+    assert fitting.affordable_repeats(64, 4, float("nan")) == 64
+    estimator = grepvi.estimators.grep()
+    logdensity_fn, families = _logistic(20_000)
+    expensive = fitting.setup(fitting.make_target(logdensity_fn, families), estimator).plan
+    flops = fitting.DRAW_FLOPS_PER_MODEL_FLOP * fitting.model_gradient_flops(
+        fitting.make_target(logdensity_fn, families), {"w": {"loc": np.zeros(10, np.float32)}}, None
+    )
+    uncapped = fitting.max_repeats(families, estimator, expensive.base_draws)
+    assert 2 <= expensive.max_repeats < uncapped
+    assert expensive.max_repeats * expensive.base_draws * flops <= fitting.MAX_STEP_FLOPS
+    model = testing.gamma_poisson()
+    cheap = fitting.setup(fitting.make_target(model.logdensity_fn, model.families), estimator).plan
+    assert cheap.max_repeats == fitting.max_repeats(model.families, estimator, cheap.base_draws)
 
 
 def test_the_natural_gradient_reports_the_fraction_of_elements_it_clipped():
