@@ -368,8 +368,8 @@ class Convergence(NamedTuple):
         from) is the largest; ``""`` otherwise. Where the answer's bias exceeds its Monte Carlo
         error this says where the average still moves as ``rho / D`` shrinks.
       change_share: that share (nan where ``change_latent`` is ``""``).
-      settles: times a stage's average restarted at its end because its batch means still
-        moved along a line (:func:`settling`), all stages together.
+      settles: times a later stage's average restarted because its batch means still moved
+        along a line (:func:`settling`), all stages together.
     """
 
     converged: bool

@@ -438,7 +438,7 @@ def setup(
 
     elements = latent_elements(target.families)
     try:
-        if not fixed and batch_size is None and not parallel and draws > 1:
+        if not fixed and batch_size is None and not parallel and (draws > 1 or most_repeats > 1):
             # the first draws by what one costs, before the step is traced: one trace of it
             flops = model_gradient_flops(step_target, initial_loop.params, data)
             cheaper = draws_per_step(target.families, estimator, DRAW_FLOPS_PER_MODEL_FLOP * flops)
