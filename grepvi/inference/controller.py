@@ -514,7 +514,7 @@ class ControllerState(NamedTuple):
     change_latent: np.ndarray = np.asarray(-1)
     change_share: np.ndarray = np.asarray(np.nan)
     # sum over the stage's batch means of (batch index x mean): their trend against the index
-    # (:func:`settling`); None: not kept (a state built without it)
+    # (:func:`settling`; set by :func:`init`)
     trend_sum: Any = None
     settles: np.ndarray = np.asarray(0)  # times a stage's average restarted for its trend (all stages)
     stage_settles: np.ndarray = np.asarray(0)  # those of the current stage
@@ -725,19 +725,13 @@ def size_trial(
 
 def _welford_add(state: ControllerState, tree) -> ControllerState:
     count = int(state.batches) + 1
-    trend_sum = _trend_add(state.trend_sum, tree, count)
+    trend_sum = jax.tree_util.tree_map(lambda s, x: s + count * x, state.trend_sum, tree)
     if count == 1:
         return state._replace(batches=_i(1), mean=tree, m2=_zeros_like_params(tree), trend_sum=trend_sum)
     delta = jax.tree_util.tree_map(np.subtract, tree, state.mean)
     mean = jax.tree_util.tree_map(lambda m, d: m + d / count, state.mean, delta)
     m2 = jax.tree_util.tree_map(lambda s, x, m, d: s + d * (x - m), state.m2, tree, mean, delta)
     return state._replace(batches=_i(count), mean=mean, m2=m2, trend_sum=trend_sum)
-
-
-def _trend_add(trend_sum, tree, index: int):
-    if trend_sum is None:
-        return None
-    return jax.tree_util.tree_map(lambda s, x: s + index * x, trend_sum, tree)
 
 
 def _standard_error(state: ControllerState):
@@ -786,7 +780,7 @@ def _new_stage_statistics(state: ControllerState) -> ControllerState:
         clipped_steps=_i(0),
         batch_elbo=_f(0.0),
         elbo_trend=np.zeros(5),
-        trend_sum=None if state.trend_sum is None else zeros,
+        trend_sum=zeros,
     )
 
 
@@ -847,9 +841,9 @@ SETTLE_MIN_ERROR = 2.0  # tolerances: a stage's error below this is not worth a 
 def detrended_accuracy(state: ControllerState, distance) -> float:
     """The Monte Carlo error of the stage's average (sd, as ``accuracy``) from its batch means'
     residuals about a straight line in their index: what the error would be were the stage's
-    trend not in its batch means. nan below 4 batches or without the trend's sums."""
+    trend not in its batch means. nan below 4 batches."""
     n = int(state.batches)
-    if state.trend_sum is None or n < 4:
+    if n < 4:
         return math.nan
     centre = (n + 1) / 2.0
     sxx = n * (n * n - 1) / 12.0
