@@ -382,6 +382,7 @@ LARGER_MODELS = {
 
 
 def _all_models():
+    from applied_models import APPLIED_MODELS
     from blind_models import BLIND_MODELS
     from bugs_models import BUGS_MODELS
     from classic_models import CLASSIC_MODELS
@@ -414,6 +415,7 @@ def _all_models():
         **OUTLIER_MODELS,
         **BUGS_MODELS,
         **TUTORIAL_MODELS,
+        **APPLIED_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 
