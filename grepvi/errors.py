@@ -14,6 +14,7 @@ __all__ = [
     "NonFiniteStepWarning",
     "FlatLatentWarning",
     "ParamSiteWarning",
+    "CentredSiteWarning",
 ]
 
 
@@ -43,6 +44,15 @@ class NonFiniteStepWarning(RuntimeWarning):
 
 class NotConvergedWarning(RuntimeWarning):
     """``fit`` reached its iteration or time cap before the convergence rule was met."""
+
+
+class CentredSiteWarning(NotConvergedWarning):
+    """A NumPyro model's fit stopped without converging, its error or its stages' drift in a
+    centred site (a location-scale latent whose location or scale reads other latents, as
+    ``b ~ Normal(0, sigma)``) or the latents it reads: mean-field ``q`` of a centred hierarchy
+    can slide as the scale's ``q`` shrinks, and the site written non-centred
+    (``numpyro.handlers.reparam`` with ``LocScaleReparam(0)``) may settle. The message names
+    the sites and the line."""
 
 
 class FlatLatentWarning(RuntimeWarning):
