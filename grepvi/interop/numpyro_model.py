@@ -369,13 +369,14 @@ def centred_site_hint(centred: dict, convergence) -> str:
 
     A centred hierarchy's scale and its children's ``q`` scales shrink together under
     mean-field ``q``, slower and slower: BUGS's Oxford strata (``b ~ Normal(0, sigma)``) and a
-    local linear trend (``shock ~ Normal(0, sigma_level)``) ran to ``max_draws`` (32,050
+    local linear trend (``shock ~ Normal(0, sigma_level)``) ran to ``max_draws`` (33,250
     steps) and ``drifting`` (20,525) with ``sigma``'s and ``sigma_level``'s ``q`` still
-    sliding; written non-centred they converged in 4,950 and 7,625 steps (2.4 and 4.6 s). The
-    non-centred ``q`` is another family, not always the better one: on a Bayesian lasso whose
-    coefficients ``beta ~ Normal(0, sqrt(sigma2 tau2))`` are partly well identified, the
-    non-centred fit converged 4 times faster to an ELBO 4 nats lower (``docs/performance.md``,
-    fifty-eighth session); it is named, not done."""
+    sliding; written non-centred they converged in 4,950 and 7,625 steps (3.7 and 4.6 s), their
+    ELBOs 2.0 and 2.4 nats higher. The non-centred ``q`` is another family, not always the
+    better one: on a Bayesian lasso whose coefficients ``beta ~ Normal(0, sqrt(sigma2 tau2))``
+    are partly well identified, the non-centred fit converged in 4.2 s (the centred one in
+    11-16 s) to an ELBO 3.9 nats lower (``docs/performance.md``, fifty-eighth session); it is
+    named, not done."""
     if convergence is None or convergence.converged or convergence.reason not in DRIFT_REASONS:
         return ""
     named = {
