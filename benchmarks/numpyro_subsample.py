@@ -1,9 +1,10 @@
 """A NumPyro plate with ``subsample_size`` fitted as minibatch VI against the full-data fit.
 
 Bayesian logistic regression (5 weights, ``Normal(0, 1)`` prior) on ``N`` synthetic rows,
-``numpyro.plate("obs", N, subsample_size=B)``; ``from_numpyro(model, x, y).fit()`` (minibatch,
-``B`` random rows per step) and ``.fit(batch_size=None)`` (every row), the default procedure
-for the same time budget each. Prints time per step (from the trace's last 1,000 steps), the
+``numpyro.plate("obs", N, subsample_size=B)``; ``from_numpyro(model, x, y).fit(batch_size=B)``
+(minibatch, ``B`` random rows per step) and ``.fit(batch_size=None)`` (every row, what
+``fit()`` chooses where a full-data step is small: ``NumPyroModel.default_batch_size``), the
+default procedure for the same time budget each. Prints time per step (from the trace's last 1,000 steps), the
 posterior means and sds, and their differences in full-data posterior sds.
 
 Usage::
@@ -44,7 +45,7 @@ def main() -> None:
 
     adapted = from_numpyro(model, jnp.asarray(x), jnp.asarray(y))
     answers = {}
-    for label, extra in (("minibatch", {}), ("full data", {"batch_size": None})):
+    for label, extra in (("minibatch", {"batch_size": options.batch}), ("full data", {"batch_size": None})):
         start = time.time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

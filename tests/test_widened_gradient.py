@@ -199,7 +199,8 @@ def test_a_run_resumed_after_widening_is_bitwise_the_uninterrupted_one():
 
 
 def tiny_mean_plate_model(x):
-    """``tiny_mean_logdensity`` as a NumPyro model with a subsampled plate: minibatch VI."""
+    """``tiny_mean_logdensity`` as a NumPyro model with a subsampled plate: minibatch VI (by
+    ``batch_size=4``: ``fit()`` alone fits its 8 rows whole)."""
     m = numpyro.sample("m", dist.Exponential(1e18))
     with numpyro.plate("n", x.shape[0], subsample_size=4) as rows:
         numpyro.sample("x", dist.Exponential(1.0 / m), obs=x[rows])
@@ -223,9 +224,9 @@ def test_minibatch_vi_widens_too(widening, monkeypatch):
         monkeypatch.setattr(minibatch, "widened_target", lambda target: target)
         with warnings.catch_warnings(), pytest.raises(NumericalError, match="non-finite gradient"):
             warnings.simplefilter("ignore", NonFiniteStepWarning)  # the stall's own summary
-            adapted.fit(progress=False, num_steps=3000, latents=latents)
+            adapted.fit(progress=False, num_steps=3000, latents=latents, batch_size=4)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("error", NonFiniteStepWarning)
-        result = adapted.fit(progress=False, num_steps=3000, latents=latents)
+        result = adapted.fit(progress=False, num_steps=3000, latents=latents, batch_size=4)
     assert int(result.run_state.controller.widened) == 1
