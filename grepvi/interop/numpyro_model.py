@@ -328,8 +328,9 @@ class NumPyroModel(NamedTuple):
         ``batch_size.MIN_BATCH_ROWS``) or whose full-data gradient estimate stays within
         ``batch_size.MAX_FULL_BATCH_FLOPS`` (the platform's: ``ACCELERATOR_FACTOR`` times more
         off the CPU), as ``batch_size="auto"`` decides for grepvi's own models; else the plate's
-        ``subsample_size`` (several subsampled plates: the smallest, which ``fit`` refuses by
-        name).
+        ``subsample_size``. Several subsampled plates: every row where each has few rows, else
+        the smallest ``subsample_size`` (which ``fit`` refuses by name: minibatch VI subsamples
+        one plate).
 
         A plate's ``subsample_size`` asks for minibatches, which cost where every row is cheap:
         400 rows with ``subsample_size=40``, the default procedure took 4.7-31.8 s (22,150 to
@@ -340,13 +341,12 @@ class NumPyroModel(NamedTuple):
         from grepvi.estimators.base import get_estimator
         from grepvi.inference import batch_size as sizes
 
-        if not self.subsampled:
-            return None
-        if len(self.subsampled) > 1:
-            return min(plate.subsample_size for plate in self.subsampled.values())
-        (plate,) = self.subsampled.values()
-        if plate.size // 4 < sizes.MIN_BATCH_ROWS:
-            return None
+        plates = list(self.subsampled.values())
+        if all(plate.size // 4 < sizes.MIN_BATCH_ROWS for plate in plates):
+            return None  # also without a subsampled plate
+        if len(plates) > 1:
+            return min(plate.subsample_size for plate in plates)
+        (plate,) = plates
         families = self.latents() if families is None else families
         estimator = get_estimator(estimator, **dict(estimator_options or {}))
         factor = 1.0 if jax.default_backend() == "cpu" else sizes.ACCELERATOR_FACTOR
