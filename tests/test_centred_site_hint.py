@@ -15,17 +15,10 @@ import pytest
 from grepvi.errors import CentredSiteWarning, NotConvergedWarning
 from grepvi.inference.controller import Convergence
 from grepvi.interop.numpyro_model import centred_site_hint, from_numpyro
+from grepvi.interop.numpyro_zoo import ZOO
 
 numpyro = pytest.importorskip("numpyro")
 dist = numpyro.distributions
-
-
-def _centred_schools(y, s):
-    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
-    with numpyro.plate("schools", y.shape[0]):
-        theta = numpyro.sample("theta", dist.Normal(mu, tau))
-        numpyro.sample("y", dist.Normal(theta, s), obs=y)
 
 
 def _noncentred_schools(y, s):
@@ -46,8 +39,8 @@ def _scales_only(y):
         numpyro.sample("y", dist.Normal(z, 1.0), obs=y)
 
 
-SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], np.float32)
-SCHOOLS_S = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], np.float32)
+# the zoo's centred eight schools (NumPyro's documentation's form) and its data
+_centred_schools, (SCHOOLS_Y, SCHOOLS_S) = ZOO["eight_schools"]
 
 
 def test_the_centred_sites_are_the_location_scale_latents_that_read_other_latents():
