@@ -51,8 +51,9 @@ class CentredSiteWarning(NotConvergedWarning):
     centred site (a location-scale latent whose location or scale reads other latents, as
     ``b ~ Normal(0, sigma)``) or the latents it reads: mean-field ``q`` of a centred hierarchy
     can slide as the scale's ``q`` shrinks, and the site written non-centred
-    (``numpyro.handlers.reparam`` with ``LocScaleReparam(0)``) may settle. The message names
-    the sites and the line."""
+    (``numpyro.handlers.reparam`` with ``LocScaleReparam(0)``; a ``MultivariateNormal`` whose
+    mean or covariance is latent whitened by hand, ``loc + cholesky(cov) z``) may settle. The
+    message names the sites and the lines."""
 
 
 class FlatLatentWarning(RuntimeWarning):

@@ -49,6 +49,28 @@ def test_the_centred_sites_are_the_location_scale_latents_that_read_other_latent
     assert from_numpyro(_scales_only, np.zeros(5, np.float32)).centred == {"z": ("sigma",)}
 
 
+def _latent_kernel_gp(counts):
+    import jax.numpy as jnp
+
+    amplitude = numpyro.sample("amplitude", dist.LogNormal(0.0, 1.0))
+    length = numpyro.sample("length", dist.LogNormal(-1.5, 0.5))
+    x = jnp.linspace(0.0, 1.0, counts.shape[0])
+    kernel = amplitude**2 * jnp.exp(-0.5 * ((x[:, None] - x[None, :]) / length) ** 2) + 1e-4 * jnp.eye(x.size)
+    f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(x.size), covariance_matrix=kernel))
+    numpyro.sample("counts", dist.Poisson(jnp.exp(f)), obs=counts)
+
+
+def test_a_multivariate_normal_whose_covariance_is_latent_is_centred_and_whitened_by_hand():
+    adapted = from_numpyro(_latent_kernel_gp, np.ones(6, np.float32))
+    assert adapted.centred == {"f": ("amplitude", "length")} and adapted.whitened == ("f",)
+    assert from_numpyro(_centred_schools, SCHOOLS_Y, SCHOOLS_S).whitened == ()
+    hint = centred_site_hint(
+        {"f": ("amplitude", "length"), "b": ("sigma",)}, _stopped("max_draws", error_latent="f+b"), ("f",)
+    )
+    assert "whiten 'f': z = numpyro.sample('f_white'" in hint and "jnp.linalg.cholesky(cov) @ z" in hint
+    assert "config={'b': LocScaleReparam(0)}" in hint and "'f': LocScaleReparam" not in hint
+
+
 def _stopped(reason="drifting", converged=False, error_latent="", change_latent=""):
     return Convergence(
         converged, reason, 20_000, error_latent=error_latent, error_share=0.5, change_latent=change_latent

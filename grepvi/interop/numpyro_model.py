@@ -153,6 +153,7 @@ class NumPyroModel(NamedTuple):
     # {site: the other latents its own density reads}: its location-scale latents written
     # centred (centred_sites), named by fit's CentredSiteWarning where a fit drifts in them
     centred: dict = {}
+    whitened: tuple = ()  # the centred sites that are multivariate normal (whitened by hand)
 
     def deterministic(self, result, num_draws: int = 1000, seed: int = 0) -> dict:
         """Draws of the model's ``numpyro.deterministic`` sites under the fitted ``q``: the model
@@ -317,7 +318,7 @@ class NumPyroModel(NamedTuple):
             result = fit(self, families, estimator, batch_size=batch_size, **options)
         else:
             result = self._fit_every_row(families, estimator, options)
-        hint = centred_site_hint(self.centred, getattr(result, "convergence", None))
+        hint = centred_site_hint(self.centred, getattr(result, "convergence", None), self.whitened)
         if hint:
             warnings.warn(hint, CentredSiteWarning, stacklevel=2)
         return result
@@ -373,20 +374,27 @@ class NumPyroModel(NamedTuple):
 
 
 LOCATION_SCALE_DISTRIBUTIONS = ("Normal", "StudentT", "Cauchy", "Laplace")  # LocScaleReparam's
+WHITENED_DISTRIBUTIONS = ("MultivariateNormal",)  # written non-centred by hand: loc + L z
+
+
+def _base_type(site) -> str:
+    """The class name of a site's distribution under its ``expand`` and ``to_event``."""
+    return type(_unwrapped(site["fn"])[0]).__name__
 
 
 def centred_sites(first: dict, dependencies: dict) -> dict[str, tuple[str, ...]]:
     """``{site: the other latents its own density reads}`` of the latent sample sites of a
     model trace ``first`` whose distribution (under its ``expand`` and ``to_event``) is one
-    of ``LOCATION_SCALE_DISTRIBUTIONS`` and whose factor (``dependencies``: the latents each
-    factor reads) reads other latents: the sites written centred, ``b ~ Normal(mu, sigma)``
-    with ``mu`` or ``sigma`` latent, that ``LocScaleReparam(0)`` writes non-centred."""
+    of ``LOCATION_SCALE_DISTRIBUTIONS`` or ``WHITENED_DISTRIBUTIONS`` and whose factor
+    (``dependencies``: the latents each factor reads) reads other latents: the sites written
+    centred, ``b ~ Normal(mu, sigma)`` with ``mu`` or ``sigma`` latent (``LocScaleReparam(0)``
+    writes it non-centred), ``f ~ MultivariateNormal(m, K)`` with ``m`` or ``K`` latent
+    (whitened by hand: ``f = m + cholesky(K) z``, ``z`` standard normal)."""
     centred = {}
     for name, site in first.items():
         if site.get("is_observed", True):
             continue
-        base, _ = _unwrapped(site["fn"])
-        if type(base).__name__ not in LOCATION_SCALE_DISTRIBUTIONS:
+        if _base_type(site) not in LOCATION_SCALE_DISTRIBUTIONS + WHITENED_DISTRIBUTIONS:
             continue
         parents = tuple(other for other in dependencies.get(name, ()) if other != name)
         if parents:
@@ -397,22 +405,25 @@ def centred_sites(first: dict, dependencies: dict) -> dict[str, tuple[str, ...]]
 DRIFT_REASONS = ("drifting", "max_draws")  # the stops a centred site's slide ends in
 
 
-def centred_site_hint(centred: dict, convergence) -> str:
+def centred_site_hint(centred: dict, convergence, whitened: Sequence[str] = ()) -> str:
     """The :class:`~grepvi.errors.CentredSiteWarning` for a fit that stopped ``drifting`` or at
     ``max_draws`` with its error (``convergence.error_latent``) or its stages' last change
     (``change_latent``) in a centred site (:func:`centred_sites`) or in a latent such a site
-    reads; ``""`` otherwise (converged, another stop, no such site).
+    reads; ``""`` otherwise (converged, another stop, no such site). ``whitened``: the sites
+    among them that are multivariate normal (their recipe is the whitening, not a reparam).
 
     A centred hierarchy's scale and its children's ``q`` scales shrink together under
     mean-field ``q``, slower and slower: BUGS's Oxford strata (``b ~ Normal(0, sigma)``) and a
     local linear trend (``shock ~ Normal(0, sigma_level)``) ran to ``max_draws`` (33,250
     steps) and ``drifting`` (20,525) with ``sigma``'s and ``sigma_level``'s ``q`` still
     sliding; written non-centred they converged in 4,950 and 7,625 steps (3.7 and 4.6 s), their
-    ELBOs 2.0 and 2.4 nats higher. The non-centred ``q`` is another family, not always the
-    better one: on a Bayesian lasso whose coefficients ``beta ~ Normal(0, sqrt(sigma2 tau2))``
-    are partly well identified, the non-centred fit converged in 4.2 s (the centred one in
-    11-16 s) to an ELBO 3.9 nats lower (``docs/performance.md``, fifty-eighth session); it is
-    named, not done."""
+    ELBOs 2.0 and 2.4 nats higher. A log-Gaussian Cox process's centred 40-bin
+    ``MultivariateNormal`` with a latent kernel converged in 34,550 steps (57-79 s; before the
+    repeats' cost cap it stopped at ``max_draws``), whitened by hand in 3,050 (7.0 s) with an
+    ELBO 13 nats higher. The non-centred ``q`` is another family, not always the better one: on
+    a Bayesian lasso whose coefficients ``beta ~ Normal(0, sqrt(sigma2 tau2))`` are partly well
+    identified, the non-centred fit converged in 4.2 s (the centred one in 11-16 s) to an ELBO
+    3.9 nats lower (``docs/performance.md``, fifty-eighth session); it is named, not done."""
     if convergence is None or convergence.converged or convergence.reason not in DRIFT_REASONS:
         return ""
     named = {
@@ -425,13 +436,26 @@ def centred_site_hint(centred: dict, convergence) -> str:
     if not hits:
         return ""
     described = "; ".join(f"{name!r} reads {', '.join(map(repr, centred[name]))}" for name in hits)
-    config = ", ".join(f"{name!r}: LocScaleReparam(0)" for name in hits)
+    remedies = []
+    reparam = [name for name in hits if name not in whitened]
+    if reparam:
+        config = ", ".join(f"{name!r}: LocScaleReparam(0)" for name in reparam)
+        remedies.append(
+            f"fit numpyro.handlers.reparam(model, config={{{config}}}) (LocScaleReparam from "
+            "numpyro.infer.reparam)"
+        )
+    for name in hits:
+        if name in whitened:
+            remedies.append(
+                f"whiten {name!r}: z = numpyro.sample({name + '_white'!r}, "
+                "dist.Normal(0, 1).expand([n]).to_event(1)) and "
+                f"{name} = numpyro.deterministic({name!r}, loc + jnp.linalg.cholesky(cov) @ z)"
+            )
     return (
         f"the fit stopped ({convergence.reason}) with its error or its stages' drift in centred "
         f"site(s) of the model or the latents they read ({described}): mean-field q of a centred "
-        "hierarchy can slide as a scale's q shrinks. Written non-centred it may settle: fit "
-        f"numpyro.handlers.reparam(model, config={{{config}}}) (LocScaleReparam from "
-        "numpyro.infer.reparam); compare the two fits' ELBOs, the non-centred q is another family"
+        "hierarchy can slide as a scale's q shrinks. Written non-centred it may settle: "
+        f"{'; '.join(remedies)}; compare the two fits' ELBOs, the non-centred q is another family"
     )
 
 
@@ -1155,7 +1179,8 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
         subsampled=subsampled,
         deterministic_fn=_deterministic_fn(trace_model, first_trace),
-        centred=centred_sites(first, joint.dependencies),
+        centred=(centred := centred_sites(first, joint.dependencies)),
+        whitened=tuple(name for name in centred if _base_type(first[name]) in WHITENED_DISTRIBUTIONS),
     )
 
 
