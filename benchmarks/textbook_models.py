@@ -394,6 +394,7 @@ def _all_models():
     from held_out_models import HELD_OUT_MODELS
     from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
+    from rethinking_models import RETHINKING_MODELS
     from support_models import SUPPORT_MODELS
     from tutorial_models import TUTORIAL_MODELS
     from unseen_models import UNSEEN_MODELS
@@ -416,6 +417,7 @@ def _all_models():
         **BUGS_MODELS,
         **TUTORIAL_MODELS,
         **APPLIED_MODELS,
+        **RETHINKING_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 
