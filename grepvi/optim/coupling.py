@@ -50,7 +50,7 @@ takes the same control variate (``H (log z - E log z)``, the sticking-the-landin
 0.963 on the log scale) stopped unconverged on three of five seeds uncoupled (10-22 s);
 coupled, five of five converged in 3.6-7.9 s. A gamma that scales other latents (a funnel) is left to its
 mean-field step (:func:`coupling_with_funnels`), and a coupling whose rerun of the first stage
-does not halve its error is dropped (:func:`grepvi.inference.controller._coupling_helped`).
+does not cut its error 1.6-fold is dropped (:func:`grepvi.inference.controller._coupling_helped`).
 The other latents keep their mean-field step.
 """
 
