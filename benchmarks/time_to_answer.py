@@ -357,7 +357,12 @@ def _distance(record, reference):
 
     worst = 0.0
     for name, mean in record["mean"].items():
-        d = np.abs(np.asarray(mean) - np.asarray(reference["mean"][name])) / np.asarray(reference["sd"][name])
+        sd = np.asarray(reference["sd"][name])
+        d = np.abs(np.asarray(mean) - np.asarray(reference["mean"][name]))
+        # elements NUTS holds fixed (a correlation matrix's unit diagonal, sd 0) are left out;
+        # before, their 0 / 0 made the site's maximum NaN, which max() passed over whole
+        fixed = sd == 0.0
+        d = np.where(fixed, 0.0, d / np.where(fixed, 1.0, sd))
         worst = max(worst, float(d.max()))
     return worst
 
