@@ -448,7 +448,7 @@ def centred_site_hint(centred: dict, convergence, whitened: Sequence[str] = ()) 
         if name in whitened:
             remedies.append(
                 f"whiten {name!r}: z = numpyro.sample({name + '_white'!r}, "
-                "dist.Normal(0, 1).expand([n]).to_event(1)) and "
+                "dist.Normal(jnp.zeros(cov.shape[-1]), 1.0).to_event(1)) and "
                 f"{name} = numpyro.deterministic({name!r}, loc + jnp.linalg.cholesky(cov) @ z)"
             )
     return (
