@@ -59,15 +59,22 @@ units whose q-mean drifted to 1e6 in 3 seeds of 3, none in 3 with ``jax.random.b
 which was not explained, so it was taken back: the bits here are ``jax.random.bits``'s.)
 
 Tiny arrays (up to ``TINY_SIZE`` = 256 elements: the latents of small models, drawn up to 64
-times per step under ``vmap``): every element gets ``SMALL_PROPOSALS`` = 8 proposals at once,
-from one call of the bit generator, and no loop runs. Compilation is what costs there, not
-draws: the loop and its Threefry programs, batched by ``vmap``, made the sampler 1.1 s of CPU
-time to compile on one element, 0.4 s without (and the default procedure's step program on a
-gamma-Poisson model 3.2 s, then 1.9 s). The first accepted of the 8 is the rejection sampler's draw unless
-all 8 are rejected, which has probability ``0.0484^8 = 3e-11`` per element at the worst
-shape (far below the ``6e-8`` of the uniforms' truncation below); such an element gets its
-first proposal with ``v > 0`` (a draw of the proposal distribution, within a few percent of
-the gamma) instead.
+times per step under ``vmap``): every shape below 2 is boosted to ``[2, 3)`` (twice below 1:
+``log z = log g + log u_2 / (alpha + 1) + log u_1 / alpha`` with ``g ~ Gamma(alpha + 2)``; once
+from 1 to 2), and every element gets ``TINY_PROPOSALS`` = 5 proposals at once, from one call
+of the bit generator: 12 random words an element, and no loop runs. Compilation is what costs
+there, not draws: the loop and its Threefry programs, batched by ``vmap``, made the sampler 1.1
+s of CPU time to compile on one element, 0.4 s without (and the default procedure's step
+program on a gamma-Poisson model 3.2 s, then 1.9 s). The first accepted of the 5 is the
+rejection sampler's draw unless all 5 are rejected, which has probability ``0.01834^5 = 2.1e-9``
+per element at the worst shape, 2 (far below the ``6e-8`` of the uniforms' truncation below;
+the rejection rates, by quadrature of the acceptance test: 0.0483 at 1, 0.0183 at 2, 0.0111
+at 3); such an element gets its first proposal with ``v > 0`` (a draw of the proposal
+distribution, within a few percent of the gamma) instead. The draws cost the Monte Carlo-bound
+stages of small gamma models much of their time: Kline's island tools (three gamma latents,
+64 repeats of 51 draws a step in its last stage) took 6.46-6.92 ms a step with the earlier
+tiny path (boosts below 1 only, 8 proposals: 17 words an element, ``0.0484^8 = 3e-11``) and
+5.41-5.49 with this one, its default fit 9.41-10.43 s against 8.55-8.58 alone.
 
 Uniforms are made from random bits on the open interval ``(0, 1)``, ``(k + 1/2) 2^-23`` in
 float32 (``2^-52`` in float64), so ``log u`` is never ``-inf``: ``-log u`` is capped at
@@ -287,13 +294,15 @@ def _resolve_dtype(shape, dtype):
 
 
 # Elements per call (``sample_shape`` included; a ``vmap`` counts per call) up to which every
-# element gets SMALL_PROPOSALS proposals at once (TINY_SIZE), or one proposal and one
-# loop-free compacted round (SMALL_SIZE); above, the while_loop (see the module docstring).
+# element gets TINY_PROPOSALS proposals at once, its shape boosted to at least 2 (TINY_SIZE),
+# or one proposal and one loop-free compacted round of SMALL_PROPOSALS each (SMALL_SIZE);
+# above, the while_loop (see the module docstring).
 TINY_SIZE = 256
 SMALL_SIZE = 1024
 SMALL_PROPOSALS = 8
+TINY_PROPOSALS = 5
 # proposal normals up to this many (the tiny path's): computed once (:mod:`grepvi.fusion_boundary`)
-BOUNDARY_SIZE = SMALL_PROPOSALS * TINY_SIZE
+BOUNDARY_SIZE = SMALL_PROPOSALS * TINY_SIZE  # the middle path's compacted round's too
 GATHERED_SIZE = 16_384
 # Random words per call above which the bits come from grepvi.threefry (fused): 3 words per
 # element of the large path's first stage, so only arrays of more than 10,000 elements, whose
@@ -310,41 +319,52 @@ def _log_gamma(rng_key, shape, sample_shape, num_proposals):
     alpha = jnp.broadcast_to(shape, out_shape).ravel()
     if alpha.size == 0:
         return alpha.reshape(out_shape)
-    is_boosted = alpha < 1
-    boosted_alpha = jnp.where(is_boosted, alpha + 1, alpha)
     # Non-positive, NaN or infinite shapes never accept; they are excluded from `pending`.
     is_regular = (alpha > 0) & (alpha < jnp.inf)
     if alpha.size <= TINY_SIZE:
-        # All proposals and the boost's uniform from one call of the bit generator.
-        uniforms = _open_uniform(rng_key, (2 * SMALL_PROPOSALS + 1,) + alpha.shape, alpha.dtype)
-        uniforms = computed_once(uniforms, predicate_of(alpha))  # hashed once, not per reader
-        log_g = _marsaglia_tsang_from_uniforms(
-            boosted_alpha, uniforms[:SMALL_PROPOSALS], uniforms[SMALL_PROPOSALS:-1], fallback=True
-        )
-        log_uniform = jnp.log(uniforms[-1])
-    elif alpha.size <= SMALL_SIZE:
-        # One proposal for every element, then one compacted round for the pending ones;
-        # every uniform from one call of the bit generator.
-        size, capacity = alpha.size, _capacity(alpha.size)
-        uniforms = _open_uniform(rng_key, (3 * size + 2 * SMALL_PROPOSALS * capacity,), alpha.dtype)
-        first, second = uniforms[: 3 * size].reshape(3, size), uniforms[3 * size :]
-        log_g = _marsaglia_tsang_from_uniforms(boosted_alpha, first[0], first[1])
-        pending = jnp.isnan(log_g) & is_regular
-        second = second.reshape(2 * SMALL_PROPOSALS, capacity)
-        log_g = _finish_pending_once(second, boosted_alpha, log_g, pending)
-        log_uniform = jnp.log(first[2])
+        log_z = _tiny_log_gamma(rng_key, alpha)
     else:
-        key_first, key_pending = jax.random.split(rng_key)
-        # Stage 1: one proposal for every element (at least 95% accept), and the boost's
-        # uniform, from one call of the bit generator.
-        uniforms = _open_uniform(key_first, (3,) + alpha.shape, alpha.dtype)
-        log_g = _marsaglia_tsang_from_uniforms(boosted_alpha, uniforms[0], uniforms[1])
-        # Stage 2 (and, rarely, more rounds): the pending elements, compacted.
-        log_g = _finish_pending(key_pending, boosted_alpha, log_g, is_regular, num_proposals)
-        log_uniform = jnp.log(uniforms[2])
-    log_z = log_g + jnp.where(is_boosted, log_uniform / alpha, 0)
+        is_boosted = alpha < 1
+        boosted_alpha = jnp.where(is_boosted, alpha + 1, alpha)
+        if alpha.size <= SMALL_SIZE:
+            # One proposal for every element, then one compacted round for the pending ones;
+            # every uniform from one call of the bit generator.
+            size, capacity = alpha.size, _capacity(alpha.size)
+            uniforms = _open_uniform(rng_key, (3 * size + 2 * SMALL_PROPOSALS * capacity,), alpha.dtype)
+            first, second = uniforms[: 3 * size].reshape(3, size), uniforms[3 * size :]
+            log_g = _marsaglia_tsang_from_uniforms(boosted_alpha, first[0], first[1])
+            pending = jnp.isnan(log_g) & is_regular
+            second = second.reshape(2 * SMALL_PROPOSALS, capacity)
+            log_g = _finish_pending_once(second, boosted_alpha, log_g, pending)
+            log_uniform = jnp.log(first[2])
+        else:
+            key_first, key_pending = jax.random.split(rng_key)
+            # Stage 1: one proposal for every element (at least 95% accept), and the boost's
+            # uniform, from one call of the bit generator.
+            uniforms = _open_uniform(key_first, (3,) + alpha.shape, alpha.dtype)
+            log_g = _marsaglia_tsang_from_uniforms(boosted_alpha, uniforms[0], uniforms[1])
+            # Stage 2 (and, rarely, more rounds): the pending elements, compacted.
+            log_g = _finish_pending(key_pending, boosted_alpha, log_g, is_regular, num_proposals)
+            log_uniform = jnp.log(uniforms[2])
+        log_z = log_g + jnp.where(is_boosted, log_uniform / alpha, 0)
     log_z = jnp.where(is_regular, log_z, jnp.where(alpha == jnp.inf, jnp.inf, jnp.nan))
     return jax.lax.stop_gradient(log_z.reshape(out_shape))
+
+
+def _tiny_log_gamma(rng_key, alpha):
+    """``log z`` for a tiny flat ``alpha`` (module docstring): every shape below 2 boosted to
+    ``[2, 3)``, then ``TINY_PROPOSALS`` proposals each, every uniform from one call of the bit
+    generator. ``Gamma(a) = Gamma(a + 1) U^(1/a)``: twice below 1 (from ``a + 2`` to ``a + 1``,
+    then to ``a``), once from 1 to 2."""
+    uniforms = _open_uniform(rng_key, (2 * TINY_PROPOSALS + 2,) + alpha.shape, alpha.dtype)
+    uniforms = computed_once(uniforms, predicate_of(alpha))  # hashed once, not per reader
+    boosts = jnp.where(alpha < 1, 2, jnp.where(alpha < 2, 1, 0)).astype(alpha.dtype)
+    log_g = _marsaglia_tsang_from_uniforms(
+        alpha + boosts, uniforms[:TINY_PROPOSALS], uniforms[TINY_PROPOSALS:-2], fallback=True
+    )
+    second = jnp.where(boosts > 1, jnp.log(uniforms[-2]) / (alpha + 1), 0)
+    first = jnp.where(boosts > 0, jnp.log(uniforms[-1]) / alpha, 0)
+    return log_g + second + first
 
 
 def _marsaglia_tsang(rng_key, alpha, num_proposals):
