@@ -70,11 +70,14 @@ rejection sampler's draw unless all 5 are rejected, which has probability ``0.01
 per element at the worst shape, 2 (far below the ``6e-8`` of the uniforms' truncation below;
 the rejection rates, by quadrature of the acceptance test: 0.0483 at 1, 0.0183 at 2, 0.0111
 at 3); such an element gets its first proposal with ``v > 0`` (a draw of the proposal
-distribution, within a few percent of the gamma) instead. The draws cost the Monte Carlo-bound
-stages of small gamma models much of their time: Kline's island tools (three gamma latents,
-64 repeats of 51 draws a step in its last stage) took 6.46-6.92 ms a step with the earlier
-tiny path (boosts below 1 only, 8 proposals: 17 words an element, ``0.0484^8 = 3e-11``) and
-5.41-5.49 with this one, its default fit 9.41-10.43 s against 8.55-8.58 alone.
+distribution, within a few percent of the gamma) instead. The earlier tiny path (boosts below
+1 only, 8 proposals: 17 words an element, ``0.0484^8 = 3e-11``) cost 1.22-1.33 times as much
+in one process (64 repeats of ``vmap``ped draws, the small models' compiler options and
+unrolled Threefry: 3 shapes x 51 draws 203 against 153 us a repeat, 5 x 17 84 against 67, 10
+x 25 229 against 172, 30 x 8 213 against 174). The draws are much of the Monte Carlo-bound
+stages of small gamma models: Kline's island tools (three gamma latents, 64 repeats of 51
+draws a step in its last stage) took 6.46-7.75 ms a step with the earlier path and 5.41-6.47
+with this one (five fits each, alternating; the machine's speed drifted between them).
 
 Uniforms are made from random bits on the open interval ``(0, 1)``, ``(k + 1/2) 2^-23`` in
 float32 (``2^-52`` in float64), so ``log u`` is never ``-inf``: ``-log u`` is capped at
