@@ -182,8 +182,11 @@ def _ordered_mixture(y):
 
 # 60 draws of N(-2, 1) and 40 of N(3, 1) (as benchmarks/user_models.py's `ordered_mixture`):
 # from the start the natural rule heads for the locations' other optimum (its trial ends at an
-# ELBO of -247.2), Adam 0.1 leads the trial (-232.4) and its approach ends at iteration 3,050;
-# the natural rule from there reaches -220.2.
+# ELBO of -247.2), Adam 0.1 leads the trial (-237.6) and its approach ends at iteration 3,675;
+# the natural rule from there reaches -220.2. Which optimum Adam's trial heads for depends on
+# the draws: seed 4 (with the sampler's earlier tiny path Adam led at seeds 0, 1, 2 and 4 of 0-4
+# and 3 of 5-14; with today's at 4 of 0-4 and 5 of 5-14).
+MIXTURE_SEED = 4
 _RNG = np.random.default_rng(0)
 MIXTURE_Y = np.concatenate([_RNG.normal(-2.0, 1.0, 60), _RNG.normal(3.0, 1.0, 40)]).astype(np.float32)
 
@@ -201,7 +204,7 @@ def _mixture_fit(**kwargs):
 
     families = {"loc": "transformed-normal", "scale": Gamma(shape=(2,), init_concentration=1.0)}
     adapted = from_numpyro(_ordered_mixture, MIXTURE_Y, families=families)
-    return adapted.fit(progress=False, **kwargs)
+    return adapted.fit(progress=False, **{"seed": MIXTURE_SEED, **kwargs})
 
 
 def test_a_mixture_adam_finds_is_finished_by_the_natural_rule():
@@ -227,7 +230,7 @@ def test_the_handover_lands_where_adam_alone_does_and_resumes_bitwise(monkeypatc
     full = _mixture_fit()
 
     def stop_after_handover(event):
-        return event.first_iteration >= 3500  # the handover came at iteration 3,050
+        return event.first_iteration >= 4000  # the handover came at iteration 3,675
 
     part = _mixture_fit(callback=stop_after_handover)
     assert part.convergence.reason == "interrupted" and part.convergence.direction == "natural"
@@ -273,8 +276,11 @@ KLINE_NUTS_SD = {"a": [0.6765, 0.8531], "b": [0.0341, 0.1026], "g": 0.7653}
 @pytest.mark.slow
 def test_a_natural_rule_that_diverged_in_the_trial_finishes_klines_model_coupled():
     """Kline's island tools with the defaults: populations to 275,000 send the natural rule's
-    first steps off (its trial diverges) and Adam 0.1 is kept; Adam alone ran to the draws
-    cap along the ``a``-``log g`` ridge (102,675 iterations). The natural rule takes over where
+    first steps off (its trial diverges, or ends far behind: an ELBO of -46,348 against Adam's
+    -7,098 at seed 0, -inf at seed 1; at seeds 2 and 3 it wins the trial) and Adam 0.1 is kept;
+    Adam alone ran to the draws cap along the ``a``-``log g`` ridge (102,675 iterations, the
+    sampler's earlier draws, where the natural rule's trial had diverged at seed 0: a handover
+    was refused to such a rule). The natural rule takes over where
     Adam's approach ends, its locations coupled, and converges; its means within 0.3 NUTS sd of
     NUTS's (the mean-field ``q``'s own distance, 0.14 sd, where SVI's AutoNormal diverges); and
     a run interrupted after the coupling, resumed, is bitwise the uninterrupted one."""
@@ -285,8 +291,10 @@ def test_a_natural_rule_that_diverged_in_the_trial_finishes_klines_model_coupled
     full = adapted.fit(progress=False)
     record = full.convergence
     assert record.converged and record.direction == "natural" and record.coupled, record
+    trial = record.trial_elbos
     assert (
-        record.trial_elbos["natural"] == -np.inf and "natural took over from iteration" in record.trial_note
+        trial["natural"] < trial["adam-0.1"] - 1000.0
+        and "natural took over from iteration" in record.trial_note
     )
     for name, mean in KLINE_NUTS_MEAN.items():
         distance = np.abs(np.asarray(full.posterior[name].mean()) - mean) / KLINE_NUTS_SD[name]
