@@ -197,14 +197,16 @@ def test_a_gamma_coupled_fit_resumed_is_bitwise_the_uninterrupted_one():
 
 
 def test_the_coupling_is_kept_only_where_it_cuts_the_first_stages_error():
-    """``e sqrt(N)`` cut at least 1.6-fold by the rerun (the epidemic's 9.5-fold, the
-    gamma-Poisson's 13-fold, Kline's island tools' 1.77-fold); not where it fell 1.4-1.5-fold
-    (a horseshoe's ridge, ``ucbadmit``, the blockers) or rose."""
+    """``e sqrt(N)`` cut at all by the rerun (the epidemic's 9.5-fold, the gamma-Poisson's
+    13-fold, Kline's island tools' 1.77-fold, Kline's Gaussian process 1.06-fold at seed 0,
+    ``ucbadmit``'s 1.5, the blockers' 1.4); not where it rose (Kline's Gaussian process at
+    seed 7, 1.16 times: a later stage that slides at its draws cap tries again,
+    ``tests/test_settling_average.py``) or is not finite."""
     from grepvi.inference.controller import _coupling_helped
 
-    assert _coupling_helped(1.0, 0.105) and _coupling_helped(1.0, 0.5) and _coupling_helped(1.0, 1 / 1.77)
-    assert not _coupling_helped(1.0, 1 / 1.5) and not _coupling_helped(1.0, 0.7)
-    assert not _coupling_helped(1.0, 2.0)
+    assert _coupling_helped(1.0, 0.105) and _coupling_helped(1.0, 1 / 1.77)
+    assert _coupling_helped(1.0, 1 / 1.5) and _coupling_helped(1.0, 1 / 1.06) and _coupling_helped(1.0, 1.0)
+    assert not _coupling_helped(1.0, 1.16) and not _coupling_helped(1.0, 2.0)
     assert not _coupling_helped(1.0, float("nan"))
 
 
