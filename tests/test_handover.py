@@ -367,7 +367,8 @@ def test_a_stage_that_slides_at_its_draws_cap_couples_klines_gaussian_process():
     cap: 12,925 iterations, 48 s. Where a stage at its cap slides
     (``controller.sliding_uncoupled``) its locations are coupled and it runs again: converged
     (9,925 iterations), its means within 0.75 NUTS sd of NUTS's (the mean-field ``q``'s own
-    distance: 0.50-0.54 sd at every seed that converged before)."""
+    distance: 0.50-0.54 sd at every seed that converged before); and a run interrupted after
+    the slide's coupling (at iteration 8,925), resumed, is bitwise the uninterrupted one."""
     pytest.importorskip("numpyro")
     from grepvi.interop.numpyro_model import from_numpyro
 
@@ -379,3 +380,15 @@ def test_a_stage_that_slides_at_its_draws_cap_couples_klines_gaussian_process():
     for name, mean in KLINE_GP_NUTS_MEAN.items():
         distance = np.abs(np.asarray(result.posterior[name].mean()) - mean) / KLINE_GP_NUTS_SD[name]
         assert np.all(distance < 0.75), (name, distance)
+
+    def after_the_slide(event):
+        controller_state = event.run_state.controller
+        return int(controller_state.stage) == 3 and int(controller_state.batches) >= 2
+
+    part = adapted.fit(progress=False, seed=7, callback=after_the_slide)
+    assert part.convergence.reason == "interrupted" and part.convergence.coupled
+    rest = adapted.fit(progress=False, seed=7, resume=part.run_state)
+    leaves = jax.tree_util.tree_leaves
+    for x, y in zip(leaves(rest.params), leaves(result.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), result.trace.elbo)
