@@ -182,11 +182,11 @@ def _fit(contender: str, entry, model_name: str, seed: int):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             adapted = from_numpyro(entry.model, *args)
-            on_window = lambda _: windows.append(time.perf_counter())  # noqa: E731
+            on_window = lambda event: windows.append((time.perf_counter(), event.window_seconds))  # noqa: E731
             result = adapted.fit(progress=False, seed=seed, callback=on_window, **options)
             jax.block_until_ready(result.params)
         record["time"] = time.perf_counter() - start
-        record["first_window"] = (windows[0] - start) if windows else record["time"]
+        record["first_window"] = (windows[0][0] - start) if windows else record["time"]
         record["converged"] = bool(result.converged)
         record["iterations"] = int(result.convergence.num_iterations)
         record["climbs"] = int(result.convergence.climbs)
@@ -196,8 +196,12 @@ def _fit(contender: str, entry, model_name: str, seed: int):
         # the largest share of a step's draws left out of its average, and the steps skipped
         record["most_unusable"] = float(np.max(extras.get("unusable_draws", 0.0), initial=0.0))
         record["skipped"] = int(np.sum(extras.get("skipped", 0.0)))
-        # the longest wait between two windows: a second program compiled mid-run shows here
-        pauses = [later - earlier for earlier, later in zip(windows[:-1], windows[1:], strict=True)]
+        # the longest wait between two windows beyond the later one's own run (a 64-draw window of
+        # Kline's GP runs 0.9 s): a second program compiled mid-run shows here
+        ends = [end for end, _ in windows]
+        runs = [seconds for _, seconds in windows]
+        gaps = zip(ends[:-1], ends[1:], runs[1:], strict=True)
+        pauses = [later - earlier - run for earlier, later, run in gaps]
         record["longest_pause"] = max(pauses, default=0.0)
         record["warnings"] = sorted({type(w.message).__name__ for w in caught})
         answer = ("grepvi", result)
@@ -424,6 +428,8 @@ def main(argv=None):
     for model in args.models:
         if args.same_process:  # one process, the contenders one after another in the order given
             together = _run(",".join(args.contenders), model, args.seed)
+            if isinstance(together, dict):  # one contender: its record alone
+                together = [together]
             results = {record["contender"]: record for record in together}
         else:
             results = {c: _run(c, model, args.seed) for c in args.contenders}
