@@ -395,6 +395,7 @@ def _all_models():
     from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
     from rethinking_models import RETHINKING_MODELS
+    from ridge_models import RIDGE_MODELS
     from support_models import SUPPORT_MODELS
     from tutorial_models import TUTORIAL_MODELS
     from unseen_models import UNSEEN_MODELS
@@ -418,6 +419,7 @@ def _all_models():
         **TUTORIAL_MODELS,
         **APPLIED_MODELS,
         **RETHINKING_MODELS,
+        **RIDGE_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 
