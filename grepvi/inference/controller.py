@@ -1494,9 +1494,9 @@ def _coupling_helped(uncoupled: float, coupled: float) -> bool:
     process (a 1.06-fold cut; uncoupled, its third stage slid along ``a / g`` to the draws cap,
     14,950 iterations, 54 s; kept, converged in 11,050, 15.7 s), ``ucbadmit`` (6,350 -> 5,450
     iterations) and the blockers (4,750 -> 3,850); over seeds 1-8 of ``ucbadmit`` 3 ended at
-    the draws cap at 1.6 (9,650-9,850 iterations) and none at 1.0 (3,950-5,950). Dropping even
-    where the rerun's error rose matters: never dropped (a gain of 0), the factor model stopped
-    ``drifting`` where it converges, and the spline and the mortality model moved."""
+    the draws cap at 1.6 (9,650-9,850 iterations) and none at 1.0 (3,950-5,950). Where the
+    rerun's error rose the coupling is still dropped: never dropped (a gain of 0), the factor
+    model stopped ``drifting`` where it converges, and the spline and the mortality model moved."""
     return math.isfinite(coupled) and coupled * COUPLING_GAIN <= uncoupled
 
 
