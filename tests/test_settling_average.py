@@ -16,7 +16,11 @@ stage.
   (without the test: in the middle of the slide).
 * Stationary stages (noise only) rarely restart: under 2.5% of 200 seeds.
 * A stage restarts at most ``MAX_STAGE_SETTLES`` times; the next stage may again.
-* UCB admissions converge by default, and resume bitwise across a restart.
+* An AR(1) state (NumPyro's ``scan``) restarts once, converges by default, and resumes bitwise
+  across the restart (UCB admissions, the model that motivated it, no longer restarts).
+* Where the draws cannot be raised (a later stage at its cap, uncoupled), a slide couples the
+  locations once and the stage runs again (``controller.sliding_uncoupled``); a stationary
+  stage at its cap rarely tries it.
 """
 
 import math
