@@ -1249,8 +1249,8 @@ def _stage_update(
     state = state._replace(accuracy=_f(accuracy))
     accurate = accuracy <= _tolerance(settings)
     averaged = int(state.batches) * _batch_windows_needed(rho, settings.window) * settings.window
-    slides = couple is not None and linear
-    if slides and sliding_uncoupled(state, accuracy, distance, _tolerance(settings), room):
+    can_couple = couple is not None and linear
+    if can_couple and sliding_uncoupled(state, accuracy, distance, _tolerance(settings), room):
         coupled_loop = couple(loop_state)
         if coupled_loop is not None:  # the stage runs again from its iterate, coupled (not judged)
             return _run_again(state, select(coupled_loop, int(state.candidate), rho, repeats), 1)
