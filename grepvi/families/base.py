@@ -60,6 +60,16 @@ class Family(abc.ABC):
     def natural_params(self, params: Params) -> dict[str, jax.Array]:
         """The constrained parameters (e.g. ``{"concentration": a, "rate": b}``)."""
 
+    def narrowed_params(self, params: Params, factor) -> Params:
+        """``params`` with ``q``'s spread narrowed to ``factor`` (``0 < factor < 1``) of its
+        width at the same centre: a Gaussian's ``sigma`` (of the draws' input ``mu + sigma
+        eps``) times ``factor``; a gamma's, beta's or Dirichlet's standard deviation at the same
+        mean times ``factor``. The default procedure restarts its trial from such a start where
+        every rule failed from the families' own (a ``q`` whose tails reach where the model
+        overflows: :func:`grepvi.inference.controller.narrows`). A family that does not say how
+        keeps ``params``."""
+        return params
+
     # --- distribution -----------------------------------------------------------------
     @abc.abstractmethod
     def sample_standardized(self, params: Params, rng_key, sample_shape=()) -> jax.Array:

@@ -84,6 +84,18 @@ class Beta(Family):
             "concentration0": self.min_concentration + numerics.softplus(params["concentration0"]),
         }
 
+    def narrowed_params(self, params, factor):
+        """Both concentrations times ``k`` (the mean kept) with ``k (a + b) + 1 = (a + b + 1) /
+        factor^2``: the variance ``a b / ((a + b)^2 (a + b + 1))`` times ``factor^2``."""
+        natural = self.natural_params(params)
+        a, b = natural["concentration1"], natural["concentration0"]
+        total = a + b
+        k = ((total + 1.0) / factor**2 - 1.0) / total
+        return {
+            "concentration1": numerics.inverse_softplus(k * a - self.min_concentration),
+            "concentration0": numerics.inverse_softplus(k * b - self.min_concentration),
+        }
+
     def has_input_moments(self, log_space: bool) -> bool:
         return bool(log_space)
 

@@ -100,6 +100,15 @@ class Dirichlet(Family):
     def _alpha(self, params):
         return numerics.softplus(params["concentration"])
 
+    def narrowed_params(self, params, factor):
+        """Every concentration times ``k`` (the mean kept) with ``k alpha_0 + 1 = (alpha_0 + 1) /
+        factor^2``: each coordinate's variance ``alpha_k (alpha_0 - alpha_k) / (alpha_0^2
+        (alpha_0 + 1))`` times ``factor^2``."""
+        alpha = self._alpha(params)
+        total = jnp.sum(alpha, -1, keepdims=True)
+        k = ((total + 1.0) / factor**2 - 1.0) / total
+        return {"concentration": numerics.inverse_softplus(k * alpha)}
+
     # --- Fisher information -------------------------------------------------------------
     # In alpha: diag(psi_1(alpha_k)) - psi_1(alpha_0) 1 1^T (alpha_0 = sum alpha), solved by
     # Sherman-Morrison; in v = softplus^{-1}(alpha): S F S with S = diag(sigmoid(v)).

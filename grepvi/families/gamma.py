@@ -84,6 +84,12 @@ class Gamma(Family):
     def _mean(self, params):
         return self.min_mean + numerics.softplus(params["mean"])
 
+    def narrowed_params(self, params, factor):
+        """The shape over ``factor^2`` at the same mean: the standard deviation ``mean /
+        sqrt(alpha)`` times ``factor``."""
+        concentration = self._concentration(params) / factor**2
+        return {**params, "concentration": numerics.inverse_softplus(concentration - self.min_concentration)}
+
     def natural_params(self, params):
         concentration = self._concentration(params)
         rate = concentration / self._mean(params)

@@ -104,6 +104,9 @@ class GeneralizedDirichlet(Family):
     def natural_params(self, params):
         return self.sticks.natural_params(params)
 
+    def narrowed_params(self, params, factor):
+        return self.sticks.narrowed_params(params, factor)
+
     def _ab(self, params):
         natural = self.natural_params(params)
         return natural["concentration1"], natural["concentration0"]

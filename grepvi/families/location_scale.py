@@ -48,6 +48,9 @@ class LocationScale(Family):
     def natural_params(self, params):
         return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
 
+    def narrowed_params(self, params, factor):
+        return {**params, "scale": numerics.inverse_softplus(numerics.softplus(params["scale"]) * factor)}
+
     def has_input_moments(self, log_space: bool) -> bool:
         # ``mu + sigma eps`` is the draw in log space (log z, logit z, z on the real line)
         return bool(log_space) or self.support == "real"

@@ -80,6 +80,9 @@ class SimplexNormal(Family):
     def natural_params(self, params):
         return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
 
+    def narrowed_params(self, params, factor):
+        return {**params, "scale": numerics.inverse_softplus(numerics.softplus(params["scale"]) * factor)}
+
     has_fisher = True  # the Gaussian's on the K - 1 stick-breaking coordinates
     positive_parameters = ("scale",)
 

@@ -134,6 +134,9 @@ class Affine(Family):
     def natural_params(self, params):
         return self.base.natural_params(params)
 
+    def narrowed_params(self, params, factor):
+        return self.base.narrowed_params(params, factor)
+
     def sample_standardized(self, params, rng_key, sample_shape=()):
         return self.base.sample_standardized(params, rng_key, sample_shape)
 
@@ -242,6 +245,9 @@ class TransformedNormal(Family):
 
     def natural_params(self, params):
         return {"loc": params["loc"], "scale": numerics.softplus(params["scale"])}
+
+    def narrowed_params(self, params, factor):
+        return {**params, "scale": numerics.inverse_softplus(numerics.softplus(params["scale"]) * factor)}
 
     def _event_sum(self, x):
         """Sum over the unconstrained event axes (per batch element)."""

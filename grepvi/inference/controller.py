@@ -159,6 +159,11 @@ TRIAL_FIRST_CHECK = 11  # steps, at least: the driver's probes (1 + 10 steps) en
 # the first steps) and ahead from 200 on, at a stationary ELBO 170 nats higher; stopped at 100,
 # Adam was kept and the fit took 16,850 steps.
 TRIAL_WIDE_GAP = 0.1
+# A trial in which every rule failed from the families' start (:func:`narrows`) runs again from
+# a start whose q is NARROWING times as wide (each family's ``narrowed_params``), at most
+# MAX_NARROWINGS times.
+NARROWING = 0.1
+MAX_NARROWINGS = 3
 MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start its average
 # A stage that would cost this many floors at its draws ends at its first MCSE (2: every stage
 # whose successor raises the draws). At 3, a stage at 2-3 floors ran on to its accuracy and the
@@ -370,6 +375,8 @@ class Convergence(NamedTuple):
       change_share: that share (nan where ``change_latent`` is ``""``).
       settles: times a later stage's average restarted because its batch means still moved
         along a line (:func:`settling`), all stages together.
+      narrowed: times the trial ran again from a start ``NARROWING`` times as wide, every rule
+        having failed from the wider one (:func:`narrows`).
     """
 
     converged: bool
@@ -395,6 +402,7 @@ class Convergence(NamedTuple):
     change_latent: str = ""
     change_share: float = math.nan
     settles: int = 0
+    narrowed: int = 0
 
     def summary(self) -> str:
         state = "converged" if self.converged else f"not converged ({self.reason})"
@@ -426,6 +434,12 @@ class Convergence(NamedTuple):
             + (
                 f" (a stage's average restarted {self.settles} time(s) while its iterates still moved)"
                 if self.settles
+                else ""
+            )
+            + (
+                f" (from a start {NARROWING**-self.narrowed:g} times narrower than the families': every "
+                "rule failed from the wider start)"
+                if self.narrowed
                 else ""
             )
         )
@@ -519,6 +533,9 @@ class ControllerState(NamedTuple):
     trend_sum: Any = None
     settles: np.ndarray = np.asarray(0)  # times a stage's average restarted for its trend (all stages)
     stage_settles: np.ndarray = np.asarray(0)  # those of the current stage
+    # candidates of the current trial whose scored window failed (:func:`_trial_failed`)
+    trial_failed: np.ndarray = np.asarray(0)
+    narrowed: np.ndarray = np.asarray(0)  # times the trial ran again from a narrower start (narrows)
 
 
 def _i(value) -> np.ndarray:
@@ -612,6 +629,8 @@ def init(
         trend_sum=zeros,
         settles=_i(0),
         stage_settles=_i(0),
+        trial_failed=_i(0),
+        narrowed=_i(0),
     )
 
 
@@ -935,6 +954,7 @@ def update(
     num_elements: int = 0,
     couple=None,
     expandable: bool = False,
+    narrow=None,
 ) -> tuple[ControllerState, Any]:
     """The procedure's decision after a window: ``(controller state, loop state to run next)``.
 
@@ -958,6 +978,8 @@ def update(
       expandable: the step may run G-REP's quadratic control variate (a second program): a
         stage that would raise the draws to ``EXPANSION_FACTOR`` times the first stage's runs
         again with it instead (:func:`_expands`).
+      narrow: ``(loop state, times) -> loop state``: ``initial_state`` with every family's
+        spread narrowed ``NARROWING ** times``-fold (:func:`narrows`); None: never narrowed.
     """
     window = summarize(summary)
     phase = int(state.phase)
@@ -980,7 +1002,7 @@ def update(
             + (_FINITE_VALUE_HINT if np.all(np.isfinite(np.asarray(summary.elbo))) else "")
         )
     if phase == TRIAL:
-        return _trial_update(state, window, loop_state, candidates, initial_state, select)
+        return _trial_update(state, window, loop_state, candidates, initial_state, select, narrow)
     return _stage_update(
         state, window, summary, loop_state, settings, candidates, select, distance, max_repeats, num_elements,
         couple, expandable,
@@ -1068,7 +1090,64 @@ def _replaces_leader(state: ControllerState, candidates, index: int) -> bool:
     return preferred and scores[index] >= scores[leader] - margin
 
 
-def _trial_update(state, window, loop_state, candidates, initial_state, select):
+def _trial_failed(score: float, window: _Window) -> bool:
+    """A candidate's scored trial window failed: no finite score (non-finite, or diverged:
+    :func:`_trial_diverged`), most of its steps skipped (a non-finite gradient), or its lower
+    tail collapsed (:func:`_collapsed`), as a stage's window that falls."""
+    return not math.isfinite(score) or window.good < 0.5 * window.steps or _collapsed(window)
+
+
+def narrows(state: ControllerState, num_candidates: int, narrow) -> bool:
+    """Whether the trial, at its end, runs again from a narrower start: every candidate's
+    scored window failed (:func:`_trial_failed`), the run can narrow its start (``narrow``) and
+    has done so fewer than ``MAX_NARROWINGS`` times.
+
+    A ``q`` as wide as the families' start can reach where the model overflows. A Poisson
+    regression with covariates of scale 10 and ``q``'s scale 1 on the coefficients drew log
+    rates of +-30 and more (median ELBO -2e26, lower 5% -9e31): every rule of the trial diverged
+    and the run ended at the draws cap after 83,300 iterations at the start's answer; a
+    Gompertz survival model (rates ``exp(log_rate + b x)`` raised to the times) had half its
+    steps skipped in every window at an ELBO of -8e31 (its lower tail -3e34), and ended there
+    too after 84,100. From a start a tenth as wide both converged (2,850 and 5,350 iterations).
+    Where any candidate's window is sound the trial goes on as before: the run's rules decide
+    there, not the start."""
+    return (
+        narrow is not None
+        and num_candidates > 1
+        and int(state.trial_failed) >= num_candidates
+        and int(state.narrowed) < MAX_NARROWINGS
+    )
+
+
+def _narrowed_trial(state: ControllerState, candidates, initial_state, narrow, select):
+    """The trial from its first candidate again, from ``initial_state`` narrowed once more
+    (the same RNG key as the first trial's start)."""
+    times = int(state.narrowed) + 1
+    first = candidates[0].step_size
+    start = select(narrow(initial_state, times), 0, first)
+    count = len(state.trial_scores)
+    state = state._replace(
+        narrowed=_i(times),
+        candidate=_i(0),
+        step_size=_f(first),
+        trial_done=_i(0),
+        trial_scores=np.full(count, np.nan),
+        trial_spreads=np.zeros(count),
+        trial_ran=np.zeros(count, np.int64),
+        trial_curve=np.full((3, TRIAL_CURVE), np.nan),
+        leader_curve=np.full((3, TRIAL_CURVE), np.nan),
+        leader=_i(-1),
+        leader_state=start,
+        trailing=_i(0),
+        trial_failed=_i(0),
+    )
+    return state, start
+
+
+def _trial_update(state, window, loop_state, candidates, initial_state, select, narrow=None):
+    base_state = initial_state
+    if narrow is not None and int(state.narrowed) > 0:  # the start this trial's candidates share
+        initial_state = narrow(base_state, int(state.narrowed))
     done = int(state.trial_done) + window.steps
     index = int(state.candidate)
     ran = state.trial_ran.copy()
@@ -1091,7 +1170,8 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
     scores[index] = window.median if math.isfinite(window.median) and not diverged else -math.inf
     spreads[index] = window.se if math.isfinite(window.se) else 0.0
-    state = state._replace(trial_scores=scores, trial_spreads=spreads)
+    failed = int(state.trial_failed) + int(_trial_failed(scores[index], window))
+    state = state._replace(trial_scores=scores, trial_spreads=spreads, trial_failed=_i(failed))
     leader = int(state.leader)
     if ended and not diverged and _replaces_leader(state, candidates, index):
         state = state._replace(leader=_i(index), leader_state=loop_state, leader_curve=state.trial_curve)
@@ -1106,6 +1186,8 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select):
         nxt = candidates[index + 1]
         state = state._replace(candidate=_i(index + 1), trial_done=_i(0), step_size=_f(nxt.step_size))
         return state, select(initial_state, index + 1, nxt.step_size)
+    if narrows(state, len(candidates), narrow):
+        return _narrowed_trial(state, candidates, base_state, narrow, select)
     kept = int(state.leader)
     rho = candidates[kept].step_size
     start = select(state.leader_state, kept, rho)
@@ -1859,6 +1941,7 @@ def convergence(
         change_latent=change_latent,
         change_share=nan_safe(change_share),
         settles=int(getattr(state, "settles", 0)),
+        narrowed=int(getattr(state, "narrowed", 0)),
     )
 
 
@@ -1958,6 +2041,12 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
         )
     if diverged:
         note += f" ({', '.join(diverged)}: diverged, a window's median ELBO fell or its lower tail collapsed)"
+    times = int(getattr(state, "narrowed", 0))
+    if times:
+        note += (
+            f"; from a start {NARROWING**-times:g} times narrower than the families' (the trial "
+            f"ran {times + 1} times: every rule failed from the wider start{'s' if times > 1 else ''})"
+        )
     return note
 
 

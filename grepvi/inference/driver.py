@@ -114,6 +114,7 @@ class Plan(NamedTuple):
     num_elements: int = 0  # latent elements (0: unknown; no stage ends before its tolerance)
     couple: Callable | None = None  # couples the natural rule's locations (controller.update's couple)
     expandable: bool = False  # a stage may run again with the quadratic control variate (controller)
+    narrow: Callable | None = None  # the start with q narrowed (controller.update's narrow)
 
 
 def make_window(
@@ -474,6 +475,7 @@ def _decide(state, summary, new_loop, plan):
         num_elements=plan.num_elements,
         couple=plan.couple,
         expandable=plan.expandable,
+        narrow=plan.narrow,
     )
 
 

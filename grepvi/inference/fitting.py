@@ -492,6 +492,8 @@ def setup(
     )
     if batch_size is None and not parallel and any(c.linear for c in candidates):
         plan = plan._replace(couple=location_coupler(step_target, data, initial_loop.params))
+    if batch_size is None and not parallel:
+        plan = plan._replace(narrow=start_narrower(target.families, optimizer))
     if window.compiling():  # the controller's Fisher distance compiled while XLA compiles the window
         zeros = jax.tree_util.tree_map(lambda leaf: np.zeros(np.shape(leaf), np.float32), initial_loop.params)
         try:
@@ -502,6 +504,28 @@ def setup(
     return Setup(
         window, plan, initial, data, target, estimator, False, widened_window, batch_size, expanded_window
     )
+
+
+def start_narrower(families: dict, optimizer):
+    """``(loop state, times) -> loop state``: the state with every family's ``q`` narrowed
+    ``controller.NARROWING ** times``-fold at the same centre (``Family.narrowed_params``) and
+    the rules' state started afresh there (``optimizer.init``, as at the run's start); the state
+    itself for ``times = 0``. One small program, compiled at its first call (a run whose trial
+    never fails from the families' start never calls it)."""
+
+    @functools.partial(jax.jit, static_argnums=1, compiler_options=once_compiler_options())
+    def narrowed(params, times):
+        factor = controller.NARROWING**times
+        params = {name: families[name].narrowed_params(value, factor) for name, value in params.items()}
+        return params, optimizer.init(params)
+
+    def narrow(loop, times):
+        if not times:
+            return loop
+        params, opt_state = narrowed(loop.params, int(times))
+        return loop._replace(params=params, opt_state=opt_state)
+
+    return narrow
 
 
 def location_coupler(target, data, params: dict | None = None):
