@@ -164,6 +164,9 @@ TRIAL_WIDE_GAP = 0.1
 # MAX_NARROWINGS times.
 NARROWING = 0.1
 MAX_NARROWINGS = 3
+# A candidate whose q moved less than this in its whole trial (the Fisher length of the change
+# at the start, in q's standard deviations) did not move: its steps were skipped or vanished.
+STILL_SD = 1e-3
 MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start its average
 # A stage that would cost this many floors at its draws ends at its first MCSE (2: every stage
 # whose successor raises the draws). At 3, a stage at 2-3 floors ran on to its accuracy and the
@@ -1002,7 +1005,7 @@ def update(
             + (_FINITE_VALUE_HINT if np.all(np.isfinite(np.asarray(summary.elbo))) else "")
         )
     if phase == TRIAL:
-        return _trial_update(state, window, loop_state, candidates, initial_state, select, narrow)
+        return _trial_update(state, window, loop_state, candidates, initial_state, select, narrow, distance)
     return _stage_update(
         state, window, summary, loop_state, settings, candidates, select, distance, max_repeats, num_elements,
         couple, expandable,
@@ -1090,11 +1093,35 @@ def _replaces_leader(state: ControllerState, candidates, index: int) -> bool:
     return preferred and scores[index] >= scores[leader] - margin
 
 
-def _trial_failed(score: float, window: _Window) -> bool:
-    """A candidate's scored trial window failed: no finite score (non-finite, or diverged:
-    :func:`_trial_diverged`), most of its steps skipped (a non-finite gradient), or its lower
-    tail collapsed (:func:`_collapsed`), as a stage's window that falls."""
-    return not math.isfinite(score) or window.good < 0.5 * window.steps or _collapsed(window)
+def _trial_failed(score: float, window: _Window, moved: bool = True, rule_finite: bool = True) -> bool:
+    """A candidate's trial failed: its scored window has no finite score (non-finite, or
+    diverged: :func:`_trial_diverged`), most of its steps skipped (a non-finite gradient), or
+    its lower tail collapsed (:func:`_collapsed`), as a stage's window that falls; or its ``q``
+    did not move from the start (``moved``: :func:`_moved`); or its rule's state is not finite
+    (``rule_finite``: Adam's second moment of a gradient over ``1.8e19`` is ``inf`` in float32,
+    and every later step of that element is 0)."""
+    fell = not math.isfinite(score) or window.good < 0.5 * window.steps or _collapsed(window)
+    return fell or not moved or not rule_finite
+
+
+def _moved(loop_state, start, distance=None) -> bool:
+    """Whether ``loop_state``'s ``q`` moved from ``start``'s by ``STILL_SD`` of ``q``'s own
+    standard deviations or more (the Fisher length of the change at the start, ``distance``;
+    without it, whether any parameter changed at all)."""
+    end, begin = _as_host(loop_state.params), _as_host(start.params)
+    if distance is None:
+        leaves = zip(jax.tree_util.tree_leaves(end), jax.tree_util.tree_leaves(begin), strict=True)
+        return not all(np.array_equal(x, y) for x, y in leaves)
+    return not distance(begin, jax.tree_util.tree_map(np.subtract, end, begin)) < STILL_SD
+
+
+def _all_finite(tree) -> bool:
+    """Every inexact leaf of ``tree`` is finite (on the host)."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        value = np.asarray(leaf)
+        if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
+            return False
+    return True
 
 
 def narrows(state: ControllerState, num_candidates: int, narrow) -> bool:
@@ -1144,7 +1171,7 @@ def _narrowed_trial(state: ControllerState, candidates, initial_state, narrow, s
     return state, start
 
 
-def _trial_update(state, window, loop_state, candidates, initial_state, select, narrow=None):
+def _trial_update(state, window, loop_state, candidates, initial_state, select, narrow=None, distance=None):
     base_state = initial_state
     if narrow is not None and int(state.narrowed) > 0:  # the start this trial's candidates share
         initial_state = narrow(base_state, int(state.narrowed))
@@ -1170,7 +1197,9 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
     scores[index] = window.median if math.isfinite(window.median) and not diverged else -math.inf
     spreads[index] = window.se if math.isfinite(window.se) else 0.0
-    failed = int(state.trial_failed) + int(_trial_failed(scores[index], window))
+    moved = _moved(loop_state, initial_state, distance)
+    rule_finite = _all_finite(loop_state.opt_state)
+    failed = int(state.trial_failed) + int(_trial_failed(scores[index], window, moved, rule_finite))
     state = state._replace(trial_scores=scores, trial_spreads=spreads, trial_failed=_i(failed))
     leader = int(state.leader)
     if ended and not diverged and _replaces_leader(state, candidates, index):
