@@ -106,6 +106,37 @@ def test_a_scored_window_fails_where_a_stage_window_would_fall():
     assert controller._trial_failed(-8e31, window(-8e31, 1e30, -3e34, 56, 100))  # its tail collapsed
 
 
+def test_a_candidate_that_did_not_move_or_whose_rule_overflowed_failed():
+    """A Gompertz survival model at seed 2: Adam's second moment of a gradient of 1e30 was
+    ``inf`` (every later step 0) and the natural rule's steps vanished, at a median ELBO of
+    -5e32 whose windows were sound by the fall rule's tests."""
+    window = controller._Window(-5.4e32, 1.1e32, -3.7e34, 51, 100)
+    assert not controller._trial_failed(-5.4e32, window)
+    assert controller._trial_failed(-5.4e32, window, moved=False)
+    assert controller._trial_failed(-5.4e32, window, rule_finite=False)
+    assert controller._all_finite({"m": np.zeros(3), "count": np.asarray(2, np.int32)})
+    assert not controller._all_finite({"m": np.zeros(3), "v": np.array([1.0, np.inf, 0.0])})
+
+
+class _Loop:
+    def __init__(self, params):
+        self.params = params
+
+
+def test_moved_is_the_fisher_length_of_the_trial_change_against_q_s_sd():
+    start = _Loop({"b": {"loc": np.zeros(2), "scale": np.zeros(2)}})
+    family = {"b": Normal(shape=(2,))}
+    from grepvi.inference.fitting import _fisher_distance
+
+    distance = _fisher_distance(family)
+    tiny = _Loop({"b": {"loc": np.array([1e-20, 0.0]), "scale": np.zeros(2)}})
+    some = _Loop({"b": {"loc": np.array([0.05, 0.0]), "scale": np.zeros(2)}})
+    assert not controller._moved(tiny, start, distance)  # moved, bitwise, but not by 1e-3 sd
+    assert controller._moved(tiny, start)
+    assert controller._moved(some, start, distance)
+    assert not controller._moved(start, start)
+
+
 X = np.linspace(20.0, 40.0, 30).astype(np.float32)
 Y = np.random.default_rng(0).poisson(np.exp(0.05 * X)).astype(np.float32)
 PRIOR_SD = 10.0
