@@ -3,9 +3,9 @@
 * Each family's ``narrowed_params``: the same centre, the spread times the factor (a
   Gaussian's ``sigma`` of the draws' input; a gamma's, beta's, Dirichlet's and the generalized
   Dirichlet's sticks' standard deviation at the same mean), exactly up to float32 rounding.
-* The rule (:func:`grepvi.inference.controller.narrows`): only where every candidate's scored
-  trial window failed, the run can narrow, and it has narrowed fewer than ``MAX_NARROWINGS``
-  times.
+* The rule (:func:`grepvi.inference.controller.narrows`): only where every candidate's trial
+  failed (its scored window fell, its ``q`` did not move, or its rule's state overflowed), the
+  run can narrow, and it has narrowed fewer than ``MAX_NARROWINGS`` times.
 * A Poisson regression on covariates of 20-40, whose ``q`` of scale 1 draws rates of
   ``exp(+-100)``: every rule of the trial fails from the families' start (before this rule the
   run ended at the draws cap, 83,200-83,700 iterations, at the start: 21 posterior sd from the
