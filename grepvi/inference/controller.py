@@ -1197,9 +1197,11 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
     scores[index] = window.median if math.isfinite(window.median) and not diverged else -math.inf
     spreads[index] = window.se if math.isfinite(window.se) else 0.0
-    moved = _moved(loop_state, initial_state, distance)
-    rule_finite = _all_finite(loop_state.opt_state)
-    failed = int(state.trial_failed) + int(_trial_failed(scores[index], window, moved, rule_finite))
+    failed = int(state.trial_failed)
+    if narrow is not None:  # read only by narrows
+        moved = _moved(loop_state, initial_state, distance)
+        rule_finite = _all_finite(getattr(loop_state, "opt_state", None))
+        failed += int(_trial_failed(scores[index], window, moved, rule_finite))
     state = state._replace(trial_scores=scores, trial_spreads=spreads, trial_failed=_i(failed))
     leader = int(state.leader)
     if ended and not diverged and _replaces_leader(state, candidates, index):
