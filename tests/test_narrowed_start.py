@@ -198,3 +198,21 @@ def test_a_run_stopped_after_the_narrowing_resumes_bitwise():
         jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
     ):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        Gamma(init_concentration=1e3),
+        Beta(init_concentration1=2e3, init_concentration0=1e3),
+        Dirichlet(shape=(3,), init_concentration=1e3),
+    ],
+    ids=lambda family: type(family).__name__,
+)
+def test_a_narrowed_shape_stays_within_the_natural_rule_s_cap(family):
+    """Narrowed 1,000-fold from shapes of 1e3, the shapes would be 1e9: they stop at the cap."""
+    natural = family.natural_params(family.narrowed_params(family.init_params(), 1e-3))
+    shapes = [value for key, value in natural.items() if key.startswith("concentration")]
+    largest = max(float(jnp.max(shape)) for shape in shapes)
+    assert all(np.all(np.isfinite(shape)) for shape in shapes)
+    assert 0.99 * family.max_shape <= largest <= family.max_shape * (1 + 1e-5)  # as far as the cap allows

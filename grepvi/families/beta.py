@@ -86,11 +86,12 @@ class Beta(Family):
 
     def narrowed_params(self, params, factor):
         """Both concentrations times ``k`` (the mean kept) with ``k (a + b) + 1 = (a + b + 1) /
-        factor^2``: the variance ``a b / ((a + b)^2 (a + b + 1))`` times ``factor^2``."""
+        factor^2``: the variance ``a b / ((a + b)^2 (a + b + 1))`` times ``factor^2`` (neither
+        concentration above ``max_shape``, the natural rule's cap)."""
         natural = self.natural_params(params)
         a, b = natural["concentration1"], natural["concentration0"]
         total = a + b
-        k = ((total + 1.0) / factor**2 - 1.0) / total
+        k = jnp.minimum(((total + 1.0) / factor**2 - 1.0) / total, self.max_shape / jnp.maximum(a, b))
         return {
             "concentration1": numerics.inverse_softplus(k * a - self.min_concentration),
             "concentration0": numerics.inverse_softplus(k * b - self.min_concentration),

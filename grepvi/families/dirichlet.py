@@ -103,10 +103,12 @@ class Dirichlet(Family):
     def narrowed_params(self, params, factor):
         """Every concentration times ``k`` (the mean kept) with ``k alpha_0 + 1 = (alpha_0 + 1) /
         factor^2``: each coordinate's variance ``alpha_k (alpha_0 - alpha_k) / (alpha_0^2
-        (alpha_0 + 1))`` times ``factor^2``."""
+        (alpha_0 + 1))`` times ``factor^2`` (no concentration above ``max_shape``, the natural
+        rule's cap)."""
         alpha = self._alpha(params)
         total = jnp.sum(alpha, -1, keepdims=True)
         k = ((total + 1.0) / factor**2 - 1.0) / total
+        k = jnp.minimum(k, self.max_shape / jnp.max(alpha, -1, keepdims=True))
         return {"concentration": numerics.inverse_softplus(k * alpha)}
 
     # --- Fisher information -------------------------------------------------------------

@@ -86,8 +86,8 @@ class Gamma(Family):
 
     def narrowed_params(self, params, factor):
         """The shape over ``factor^2`` at the same mean: the standard deviation ``mean /
-        sqrt(alpha)`` times ``factor``."""
-        concentration = self._concentration(params) / factor**2
+        sqrt(alpha)`` times ``factor`` (the shape at most ``max_shape``, the natural rule's cap)."""
+        concentration = jnp.minimum(self._concentration(params) / factor**2, self.max_shape)
         return {**params, "concentration": numerics.inverse_softplus(concentration - self.min_concentration)}
 
     def natural_params(self, params):

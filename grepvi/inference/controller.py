@@ -536,7 +536,7 @@ class ControllerState(NamedTuple):
     trend_sum: Any = None
     settles: np.ndarray = np.asarray(0)  # times a stage's average restarted for its trend (all stages)
     stage_settles: np.ndarray = np.asarray(0)  # those of the current stage
-    # candidates of the current trial whose scored window failed (:func:`_trial_failed`)
+    # candidates of the current trial whose trial failed (:func:`_trial_failed`)
     trial_failed: np.ndarray = np.asarray(0)
     narrowed: np.ndarray = np.asarray(0)  # times the trial ran again from a narrower start (narrows)
 
@@ -1126,18 +1126,19 @@ def _all_finite(tree) -> bool:
 
 def narrows(state: ControllerState, num_candidates: int, narrow) -> bool:
     """Whether the trial, at its end, runs again from a narrower start: every candidate's
-    scored window failed (:func:`_trial_failed`), the run can narrow its start (``narrow``) and
-    has done so fewer than ``MAX_NARROWINGS`` times.
+    trial failed (:func:`_trial_failed`), the run can narrow its start (``narrow``) and has
+    done so fewer than ``MAX_NARROWINGS`` times.
 
     A ``q`` as wide as the families' start can reach where the model overflows. A Poisson
     regression with covariates of scale 10 and ``q``'s scale 1 on the coefficients drew log
     rates of +-30 and more (median ELBO -2e26, lower 5% -9e31): every rule of the trial diverged
     and the run ended at the draws cap after 83,300 iterations at the start's answer; a
     Gompertz survival model (rates ``exp(log_rate + b x)`` raised to the times) had half its
-    steps skipped in every window at an ELBO of -8e31 (its lower tail -3e34), and ended there
-    too after 84,100. From a start a tenth as wide both converged (2,850 and 5,350 iterations).
-    Where any candidate's window is sound the trial goes on as before: the run's rules decide
-    there, not the start."""
+    steps skipped in every window at an ELBO of -8e31 (its lower tail -3e34), Adam's second
+    moments ``inf`` and the natural rule's steps vanishing, and ended there too after 84,100.
+    From a start a tenth as wide both converged (3,650 and 6,550 iterations). Where any
+    candidate's trial is sound the trial goes on as before: the run's rules decide there, not
+    the start."""
     return (
         narrow is not None
         and num_candidates > 1
