@@ -79,10 +79,11 @@ def test_a_step_of_several_draws_widens(monkeypatch):
     x = rng.normal(size=(400, 4)).astype(np.float32)
     t = (np.exp(0.5 + x @ np.array([0.5, -0.3, 0.0, 0.2])) * rng.weibull(1.5, 400)).astype(np.float32)
     adapted = from_numpyro(weibull_model, x, t)
-    # seed 2: a draw that overflows (the stacked latents' draws, since the thirty-first
-    # session, overflow at seeds 2 and 3 of 0-5; seed 0 did before)
+    # seed 11: a draw that overflows (the stacked latents' draws, since the thirty-first
+    # session, overflowed at seeds 2 and 3 of 0-5; seed 0 did before; with the sixtieth
+    # session's gamma draws the window widens at seeds 11, 21, 23 and 25 of 0-47)
     result = adapted.fit(
-        estimator=grepvi.estimators.grep(num_samples=4), step_size=0.01, num_steps=300, seed=2
+        estimator=grepvi.estimators.grep(num_samples=4), step_size=0.01, num_steps=300, seed=11
     )
     assert int(result.run_state.controller.widened) != 0, "the case must overflow float32 (widened tried)"
     assert np.isfinite(float(result.posterior["k"].mean()))
