@@ -1173,9 +1173,6 @@ def _narrowed_trial(state: ControllerState, candidates, initial_state, narrow, s
 
 
 def _trial_update(state, window, loop_state, candidates, initial_state, select, narrow=None, distance=None):
-    base_state = initial_state
-    if narrow is not None and int(state.narrowed) > 0:  # the start this trial's candidates share
-        initial_state = narrow(base_state, int(state.narrowed))
     done = int(state.trial_done) + window.steps
     index = int(state.candidate)
     ran = state.trial_ran.copy()
@@ -1195,6 +1192,9 @@ def _trial_update(state, window, loop_state, candidates, initial_state, select, 
     stop = gap >= TRIAL_WIDE_GAP or trailing >= 2 or diverged
     if (not sized or not ended) and math.isfinite(window.median) and not stop:
         return state, loop_state
+    base_state = initial_state
+    if narrow is not None and int(state.narrowed) > 0:  # the start this trial's candidates share
+        initial_state = narrow(base_state, int(state.narrowed))  # at a candidate's end only
     scores, spreads = state.trial_scores.copy(), state.trial_spreads.copy()
     scores[index] = window.median if math.isfinite(window.median) and not diverged else -math.inf
     spreads[index] = window.se if math.isfinite(window.se) else 0.0
