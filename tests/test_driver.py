@@ -766,6 +766,26 @@ def test_a_rule_that_falls_in_its_first_window_after_the_trial_hands_over_to_the
     assert int(state.candidate) == 2 and math.isclose(float(state.step_size), 0.005)
 
 
+def test_a_runner_up_whose_trial_collapsed_below_the_leader_does_not_take_over():
+    """A gamma posterior where float32 overflows (``tests/test_widened_gradient.py``, seed 2):
+    the natural rule led its trial at 77.2, Adam 0.1 scored -6.9e15, and when the natural rule
+    fell in its first window after the trial Adam 0.1 took over, fell, halved its step 13 times
+    and ended at the draws cap, its mean 5,000 times the posterior's. A runner-up more than
+    ``TAIL_FACTOR`` magnitudes of the leader's score below it is no runner-up: the kept rule's
+    step is halved from its trial state, as after any fall."""
+    state, loop, kwargs = _trial_of_three({"x": np.zeros(2, np.float32)})
+    levels = [(-9e7, -4.5e7), (-1e12, -1e12), (-5e10, -5e10)]  # -4.5e7 - 100 * 4.5e7 = -4.5e9
+    state, loop = _run_trial(state, loop, kwargs, levels)
+    assert int(state.phase) == controller.APPROACH and int(state.candidate) == 0
+    assert math.isfinite(float(state.trial_scores[2]))  # scored, and still not a runner-up
+    trial_end = loop
+    fallen = _window(-8e16, {"x": np.full(2, -1.0, np.float32)}, spread=1e16)
+    state, restored = controller.update(state, fallen, loop, **kwargs)
+    assert int(state.candidate) == 0 and math.isclose(float(state.step_size), 0.05)
+    assert (restored.rule, restored.rate) == (0, 0.05) and int(state.restarts) == 1
+    np.testing.assert_array_equal(restored.params["x"], trial_end.params["x"])
+
+
 def test_a_rule_that_goes_on_climbing_after_the_trial_keeps_its_step():
     """The same trial, the kept rule's next window above its trial score: no fall, no change."""
     state, loop, kwargs = _trial_of_three({"x": np.zeros(2, np.float32)})
