@@ -572,11 +572,13 @@ def location_coupler(target, data, params: dict | None = None):
         if failed:
             return None
         try:
-            at, share = coupling.expected_hessian(hessian(loop.params, data))
+            each = hessian(loop.params, data)
+            at, share = coupling.expected_hessian(each)
         except Exception as error:  # a model jax cannot differentiate twice: the run goes on uncoupled
             failed.append(error)
             return None
-        matrix, at, mask = coupling.coupling_with_funnels(at, share, covered, target.families)
+        draws = coupling.finite_draws(each)
+        matrix, at, mask = coupling.coupling_with_funnels(at, share, covered, target.families, draws)
         return None if matrix is None else rules.couple(loop, matrix, at, mask)
 
     def prepare(params):
