@@ -58,6 +58,29 @@ def test_the_matrix_inverts_the_hessian_with_its_correlations_eigenvalues_floore
     )
 
 
+def test_an_eigenvalue_the_draws_agree_on_counts_as_itself_below_the_floor():
+    """Floored at 1e-3 unless the draws' Hessians agree on the direction's curvature and it is
+    under ``EIGENVALUE_FLOOR / SLOW_RELAXATION``: then down to ``KNOWN_EIGENVALUE_FLOOR``."""
+    flat = -np.array([[4.0, 4.0 - 4e-5], [4.0 - 4e-5, 4.0]])  # correlation eigenvalues 1e-5, 2
+    same = np.stack([flat] * 16)
+    matrix, _ = coupling.coupling_from_hessian(flat, draws=same)
+    np.testing.assert_allclose(matrix.astype(np.float64) @ -flat, np.eye(2), atol=2e-3)  # Newton's
+    largest = np.linalg.eigvalsh(coupling.coupling_from_hessian(flat)[0].astype(np.float64))[-1]
+    assert largest == pytest.approx(1.0 / (4.0 * coupling.EIGENVALUE_FLOOR), rel=1e-3)  # no draws
+    # draws that disagree along the flat direction (spread 2e-5, twice its eigenvalue): floored
+    tilt = np.array([[1.0, -1.0], [-1.0, 1.0]]) * 4.0 * 1e-5
+    varying = np.stack([flat + (1.0 if k % 2 else -1.0) * tilt for k in range(16)])
+    matrix, _ = coupling.coupling_from_hessian(flat, draws=varying)
+    largest = np.linalg.eigvalsh(matrix.astype(np.float64))[-1]
+    assert largest == pytest.approx(1.0 / (4.0 * coupling.EIGENVALUE_FLOOR), rel=1e-3)
+    # a known eigenvalue above EIGENVALUE_FLOOR / SLOW_RELAXATION (4.5e-4): floored as before
+    moderate = -np.array([[4.0, 4.0 - 1.8e-3], [4.0 - 1.8e-3, 4.0]])
+    matrix, smallest = coupling.coupling_from_hessian(moderate, draws=np.stack([moderate] * 16))
+    assert smallest == pytest.approx(4.5e-4, rel=1e-6)
+    largest = np.linalg.eigvalsh(matrix.astype(np.float64))[-1]
+    assert largest == pytest.approx(1.0 / (4.0 * coupling.EIGENVALUE_FLOOR), rel=1e-3)
+
+
 def test_a_hessian_that_does_not_serve_gives_no_matrix():
     assert coupling.coupling_from_hessian(np.array([[1.0, 0.9], [0.9, -1.0]]))[0] is None  # convex in one
     assert coupling.coupling_from_hessian(np.array([[np.nan, 0.0], [0.0, -1.0]]))[0] is None

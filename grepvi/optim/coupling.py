@@ -369,7 +369,8 @@ def finite_draws(each) -> np.ndarray:
 def coupling_with_funnels(hessian, indefinite_share, covered: tuple, families: dict, draws=None):
     """``(K, H, mask)`` of :func:`coupling_from_hessian` over the covered elements that are
     coupled (``mask``; ``K`` and ``H`` zero in the others' rows and columns), or
-    ``(None, None, None)``.
+    ``(None, None, None)``. ``draws``: the finite draws' Hessians (:func:`finite_draws`), for
+    the eigenvalues they know (:func:`coupling_from_hessian`).
 
     A gamma whose row of the log joint's Hessian is not concave in more than ``FUNNEL_SHARE``
     of ``q``'s draws is left to its mean-field step: a scale of other latents (a hierarchy's
