@@ -396,6 +396,7 @@ def _all_models():
     from probe_models import PROBE_MODELS
     from rethinking_models import RETHINKING_MODELS
     from ridge_models import RIDGE_MODELS
+    from scale_models import SCALE_MODELS
     from support_models import SUPPORT_MODELS
     from tutorial_models import TUTORIAL_MODELS
     from unseen_models import UNSEEN_MODELS
@@ -420,6 +421,7 @@ def _all_models():
         **APPLIED_MODELS,
         **RETHINKING_MODELS,
         **RIDGE_MODELS,
+        **SCALE_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

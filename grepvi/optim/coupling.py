@@ -92,12 +92,12 @@ __all__ = [
 
 EIGENVALUE_FLOOR = 1e-3  # C's eigenvalues below count as this: a step at most 1,000 times the mean-field one
 # ... unless the draws' Hessians know the direction's curvature (positive and KNOWN_CURVATURE
-# times its spread over q's draws) and the floor would slow its relaxation past a batch of
-# iterates (10 / rho steps: the eigenvalue under EIGENVALUE_FLOOR / SLOW_RELAXATION); then it
-# counts as itself, down to float32's limit (K's rounding, 6e-8 of its largest entry, is 6% of
-# a stiff direction's step at 1 / 1e-6)
+# times its spread over q's draws) and the floor would slow its relaxation more than
+# SLOW_RELAXATION times (three batches of 10 / rho steps; the eigenvalue under EIGENVALUE_FLOOR
+# / SLOW_RELAXATION); then it counts as itself, down to float32's limit (K's rounding, 6e-8 of
+# its largest entry, is 6% of a stiff direction's step at 1 / 1e-6)
 KNOWN_CURVATURE = 10.0
-SLOW_RELAXATION = 10.0
+SLOW_RELAXATION = 30.0
 KNOWN_EIGENVALUE_FLOOR = 1e-6
 # C's smallest eigenvalue below which a block with a gamma's log-mean is coupled: the models
 # whose smallest eigenvalue lay in 0.05-0.1 with their gammas in the block (seeds 0.073, three
@@ -280,15 +280,18 @@ def coupling_from_hessian(
     relaxes ``floor / lambda`` times slower than Newton's), except, with ``draws`` (the
     finite draws' Hessians of which ``hessian`` is the mean, ``(draws, n, n)``), along an
     eigenvector whose curvature the draws agree on (:func:`known_eigenvalues`) and whose
-    eigenvalue is under ``floor / SLOW_RELAXATION`` (floored, it would relax over more than a
-    batch of ``10 / rho`` steps): there the eigenvalue counts as itself, down to
+    eigenvalue is under ``floor / SLOW_RELAXATION`` (floored, it would relax over more than
+    three batches of ``10 / rho`` steps): there the eigenvalue counts as itself, down to
     ``KNOWN_EIGENVALUE_FLOOR``. A regression on the raw calendar year (intercept and slope
     correlated at -0.99999, an eigenvalue of 1.0e-5 on which every draw agrees: a Gaussian log
     joint's Hessian is the same at every draw) crossed its ridge 97 times too slowly at the
     floor and stopped ``drifting`` 0.14 marginal sd from the optimum. Not above ``floor /
-    SLOW_RELAXATION``: a BYM2 disease map's eigenvalue of 4.5e-4 (spread 1.1e-5), counted as
-    itself, took 1.6 times the iterations at five of seeds 0-5 (10,425-12,450 against
-    6,425-8,950) to the same answers. Not where the draws disagree: an age-period mortality
+    SLOW_RELAXATION``: where the floor slows a direction a few times the stages average over
+    it, and its own eigenvalue cost iterations: a BYM2 disease map's 4.5e-4 (spread 1.1e-5)
+    took 1.6 times the iterations at five of seeds 0-5 (10,425-12,450 against 6,425-8,950) to
+    the same answers, a log-Gaussian Cox process's 8.6e-5 (spread 6.5e-7; 12 times slower
+    floored) 1.5-1.6 times at two of seeds 0-3 (64,350 against 39,250; 74,150 against 50,450).
+    Not where the draws disagree: an age-period mortality
     model's flattest eigenvalues are -1.8e-4 and -7e-6 (not concave; spread 1.1e-4 and
     3.4e-6), a factor model's -7e-4 (spread 3.4e-3)."""
     h = -np.asarray(hessian, np.float64)
