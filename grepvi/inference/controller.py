@@ -702,7 +702,13 @@ def _collapsed(window: _Window) -> bool:
     magnitudes below the median, the 5% quantile at most 0.73), which halved a converging
     run's step 12 times; a diverging ADVI (Omniglot: draws of -1e16 under a -7e6 median) puts
     many draws there."""
-    return window.low < window.median - TAIL_FACTOR * max(abs(window.median), 1.0)
+    return window.low < _collapse_floor(window.median)
+
+
+def _collapse_floor(level: float) -> float:
+    """``TAIL_FACTOR`` magnitudes of ``level`` below it: a window's lower tail under it has
+    collapsed (:func:`_collapsed`), as has a trial score under the leader's (:func:`_runner_up`)."""
+    return level - TAIL_FACTOR * max(abs(level), 1.0)
 
 
 def trial_check(trial_steps: int) -> int:
@@ -1250,7 +1256,7 @@ def _runner_up(state: ControllerState, candidates) -> int | None:
     posterior's."""
     current = int(state.candidate)
     leader = float(state.trial_scores[current])
-    floor = leader - TAIL_FACTOR * max(abs(leader), 1.0) if math.isfinite(leader) else -math.inf
+    floor = _collapse_floor(leader) if math.isfinite(leader) else -math.inf
     scores = [
         (float(score), index)
         for index, score in enumerate(state.trial_scores[: len(candidates)])

@@ -322,10 +322,10 @@ def known_eigenvalues(draws, scale, values, vectors) -> np.ndarray:
     positive and ``KNOWN_CURVATURE`` times its standard deviation over the draws or more (a
     curvature that changes across ``q``'s draws is the model's, not a quadratic's: a Newton step
     trusting its mean overshoots where the draws reach)."""
-    each = -0.5 * (np.asarray(draws, np.float64) + np.swapaxes(np.asarray(draws, np.float64), 1, 2))
-    if each.shape[0] < 2:
+    draws = np.asarray(draws, np.float64)
+    if draws.shape[0] < 2:
         return np.zeros(values.shape, bool)
-    each = each * np.outer(scale, scale)
+    each = -0.5 * (draws + np.swapaxes(draws, 1, 2)) * np.outer(scale, scale)
     curvature = np.einsum("in,kij,jn->kn", vectors, each, vectors)  # per draw, per eigenvector
     spread = curvature.std(axis=0, ddof=1)
     return (values > 0.0) & (values >= KNOWN_CURVATURE * spread)
@@ -346,12 +346,11 @@ def expected_hessian(each) -> tuple:
     draws in which its row is not concave: its own curvature not negative, or a ``2 x 2``
     minor with another element indefinite (``h_ij^2 > h_ii h_jj``, which holds too where the
     other's curvature is not negative)."""
-    each = np.asarray(each, np.float64)
-    n = each.shape[-1]
-    finite = np.all(np.isfinite(each), axis=(1, 2))
-    if not finite.any():
+    n = np.shape(each)[-1]
+    finite = finite_draws(each)
+    if not finite.shape[0]:
         return np.full((n, n), np.nan), np.ones(n)
-    good = 0.5 * (each[finite] + np.swapaxes(each[finite], 1, 2))
+    good = 0.5 * (finite + np.swapaxes(finite, 1, 2))
     curvature = -np.diagonal(good, axis1=1, axis2=2)
     minors = np.square(good) > curvature[:, :, None] * curvature[:, None, :]
     minors[:, np.arange(n), np.arange(n)] = False
