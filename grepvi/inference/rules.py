@@ -28,6 +28,7 @@ import optax
 from grepvi.errors import ConfigError
 from grepvi.optim.coupling import coupling_size
 from grepvi.optim.natural_gradient import natural_gradient, positive_in_log_scale
+from grepvi.optim.stale_moment import recent_adam
 
 __all__ = [
     "Rule",
@@ -107,11 +108,12 @@ def natural_rule(families: dict, max_kl: float) -> Rule:
 
 
 def adam_rule(families: dict) -> Rule:
-    """Adam at learning rate ``rho``, positive parameters in log scale."""
-    template = positive_in_log_scale(families, optax.adam(1.0))
+    """Adam at learning rate ``rho``, positive parameters in log scale, its second moment
+    restarted where the gradient's scale has left it (:mod:`grepvi.optim.stale_moment`)."""
+    template = positive_in_log_scale(families, recent_adam(1.0))
 
     def update(grads, state, params, step_size, coupled=None):
-        rule = positive_in_log_scale(families, optax.adam(jnp.asarray(step_size, jnp.float32)))
+        rule = positive_in_log_scale(families, recent_adam(jnp.asarray(step_size, jnp.float32)))
         return rule.update(grads, state, params)
 
     return Rule("adam", template.init, update)
