@@ -76,14 +76,9 @@ def scale_by_recent_adam(
         recent_hat = optax.tree.bias_correction(recent, b1, count)
         correction = 1.0 - b2 ** count.astype(jnp.float32)  # the long memory's bias, undone
 
-        def restarted(v, v_hat, r_hat):
-            stale = v_hat > ratio * r_hat
-            return jnp.where(stale, r_hat, v_hat), jnp.where(stale, r_hat * correction, v)
-
-        pairs = jax.tree.map(restarted, nu, nu_hat, recent_hat)
-        is_pair = lambda node: isinstance(node, tuple)  # noqa: E731
-        v_hat = jax.tree.map(lambda pair: pair[0], pairs, is_leaf=is_pair)
-        nu = jax.tree.map(lambda pair: pair[1], pairs, is_leaf=is_pair)
+        stale = jax.tree.map(lambda v, r: v > ratio * r, nu_hat, recent_hat)
+        v_hat = jax.tree.map(jnp.where, stale, recent_hat, nu_hat)
+        nu = jax.tree.map(lambda s, r, v: jnp.where(s, r * correction, v), stale, recent_hat, nu)
         new_updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu_hat, v_hat)
         return new_updates, RecentAdamState(count, mu, nu, recent)
 
