@@ -572,12 +572,11 @@ def location_coupler(target, data, params: dict | None = None):
         if failed:
             return None
         try:
-            each = hessian(loop.params, data)
-            at, share = coupling.expected_hessian(each)
+            draws = coupling.finite_draws(hessian(loop.params, data))
+            at, share = coupling.expected_hessian(draws)  # of finite draws: it keeps them all
         except Exception as error:  # a model jax cannot differentiate twice: the run goes on uncoupled
             failed.append(error)
             return None
-        draws = coupling.finite_draws(each)
         matrix, at, mask = coupling.coupling_with_funnels(at, share, covered, target.families, draws)
         return None if matrix is None else rules.couple(loop, matrix, at, mask)
 
