@@ -193,3 +193,36 @@ def test_shapes_stay_below_the_cap_under_a_gradient_of_constant_sign(rule):
     assert families["z"].max_shape < families["w"].max_shape
     if rule != "natural":
         assert np.all(np.asarray(params["w"]["mean"]) > 1e10)  # e^200: only shapes are capped
+
+
+def test_a_users_natural_gradient_fits_a_model_whose_latents_the_default_would_stack():
+    """``fit(optimizer=natural_gradient(families))``: the optimizer holds one state per latent
+    of the model, so the fit keeps the model's own layout. Before, a small model's two gamma
+    latents were stacked into one (``"a+b"``) for the compiled step and the user's optimizer
+    failed on it with a pytree structure error. Two independent gamma-Poisson posteriors
+    (``Gamma(2 + sum y, 1 + n)``): the fitted means and shapes within 2% of the exact ones
+    after 2,000 natural steps of rho 0.1 (seeds 0-3: within 0.9%; the last iterate of one-draw
+    steps, not an average)."""
+    y_a, y_b = jnp.array([3.0, 5.0, 4.0]), jnp.array([10.0, 12.0, 9.0, 11.0])
+
+    def logdensity(z):
+        prior = jnp.sum(jax.scipy.stats.gamma.logpdf(z["a"], 2.0) + jax.scipy.stats.gamma.logpdf(z["b"], 2.0))
+        return (
+            prior
+            + jnp.sum(jax.scipy.stats.poisson.logpmf(y_a, z["a"]))
+            + jnp.sum(jax.scipy.stats.poisson.logpmf(y_b, z["b"]))
+        )
+
+    families = {"a": Gamma(), "b": Gamma()}
+    result = grepvi.fit(
+        logdensity,
+        families,
+        optimizer=natural_gradient(families, step_size=0.1),
+        num_steps=2000,
+        progress=False,
+    )
+    for name, y in (("a", y_a), ("b", y_b)):
+        shape, rate = 2.0 + float(y.sum()), 1.0 + y.size
+        fitted = result.params[name]
+        np.testing.assert_allclose(float(fitted["mean"]), shape / rate, rtol=0.02)
+        np.testing.assert_allclose(float(fitted["concentration"]), shape, rtol=0.02)

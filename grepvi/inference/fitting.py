@@ -873,8 +873,10 @@ def fit(
         settings = (settings or AdaptiveSettings())._replace(tolerance=tolerance)
     original, stacked = target, None
     # small models only: their compile time is what stacking shortens (minibatch and sharded
-    # steps slice latents by rows)
-    if batch_size is None and not parallel and latent_elements(target.families) <= SMALL_MODEL_ELEMENTS:
+    # steps slice latents by rows); a user's optimizer is built on the model's own latents
+    # (``natural_gradient(families)`` holds one state per latent), so its layout stays
+    stackable = batch_size is None and not parallel and optimizer is None
+    if stackable and latent_elements(target.families) <= SMALL_MODEL_ELEMENTS:
         stacked = stacking.plan(target.families)
     check = resume is None
     if stacked is not None:
