@@ -392,6 +392,7 @@ def _all_models():
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
     from frontier_models import FRONTIER_MODELS
     from held_out_models import HELD_OUT_MODELS
+    from medium_models import MEDIUM_MODELS
     from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
     from rethinking_models import RETHINKING_MODELS
@@ -422,6 +423,7 @@ def _all_models():
         **RETHINKING_MODELS,
         **RIDGE_MODELS,
         **SCALE_MODELS,
+        **MEDIUM_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -25,6 +25,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --rethinking          # the eight of rethinking_models.py
     python benchmarks/time_to_answer.py --ridges              # the six of ridge_models.py
     python benchmarks/time_to_answer.py --scales              # the six of scale_models.py
+    python benchmarks/time_to_answer.py --medium              # the ten of medium_models.py
     python benchmarks/time_to_answer.py --same-process --contenders nuts svi grepvi
 
 ``--same-process`` runs a model's contenders one after another in one process (in the order
@@ -394,6 +395,7 @@ MODEL_SETS = {
     "rethinking": ("rethinking_models", "RETHINKING_MODELS", "the eight of rethinking_models.py"),
     "ridges": ("ridge_models", "RIDGE_MODELS", "the six of ridge_models.py"),
     "scales": ("scale_models", "SCALE_MODELS", "the six of scale_models.py"),
+    "medium": ("medium_models", "MEDIUM_MODELS", "the ten of medium_models.py"),
 }
 
 
