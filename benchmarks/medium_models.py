@@ -11,7 +11,7 @@ correlated coefficients meet.
   (10,930 rows in all), group intercepts non-centred and one covariate: 503 elements.
 * ``ridge_200``: a linear regression on 200 correlated predictors (correlation 0.5 between
   neighbours), 1,000 rows, a global-scale normal prior ``beta ~ N(0, tau)``, ``tau``
-  half-Cauchy: 202 elements.
+  half-Cauchy: 203 elements.
 * ``softmax_10``: a multinomial logit with 10 classes and 20 features (200 weights and 10
   intercepts), 3,000 rows.
 * ``ar1_panel``: 50 series of 40 steps, each a latent AR(1) state (non-centred innovations)
@@ -25,7 +25,7 @@ correlated coefficients meet.
 * ``frailty_100``: a Weibull survival model with a gamma frailty for each of 100 clinics (1,500
   patients, a third censored, through the survival function as a factor): 103 elements.
 * ``negbin_counties``: negative-binomial counts for 300 counties with a log-population offset,
-  two covariates and a normal random effect: 304 elements.
+  two covariates and a normal random effect: 305 elements.
 """
 
 import numpy as np

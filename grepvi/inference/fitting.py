@@ -86,8 +86,9 @@ class FitResult(NamedTuple):
         ``fit(..., resume=result.run_state)`` with a larger cap goes on as if it had not
         stopped (a converged or drifting run stays as it ended:
         :func:`~grepvi.inference.driver.resumable`). It holds the run's own layout: latents of
-        one family with equal options stacked into one (:mod:`grepvi.inference.stacking`;
-        ``params`` and ``state`` are in the model's).
+        one family with equal options stacked into one in a small model's default procedure
+        (:mod:`grepvi.inference.stacking`; not with a user's ``optimizer``, which is built on
+        the model's latents; ``params`` and ``state`` are in the model's).
       batch_size: the rows of the data per step (``None``: every row), chosen by
         ``batch_size="auto"`` where not given.
     """
