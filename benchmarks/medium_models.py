@@ -4,6 +4,12 @@ textbook-small (under 100 elements); these are where a step's cost, the toleranc
 between small and large models (64 and 1,024 elements) and a diagonal ``q`` over many
 correlated coefficients meet.
 
+Sizes (counties, groups, classes, rank, topics, clinics) are passed as ``np.arange(n)`` and
+read from its length: the benchmark hands every argument through ``jnp.asarray``, and NumPyro's
+SVI and NUTS trace their arguments, so a plain ``int`` became a traced array in ``plate`` (all
+three contenders failed on the first draft). grepvi's ``from_numpyro`` keeps a Python ``int``
+static: ``radon_slopes`` written with ``counties=85`` converged in the same 3,550 iterations.
+
 * ``radon_slopes``: Gelman and Hill's radon model with varying intercepts and slopes, 85
   counties, 919 houses (simulated on their design: county sizes 1-116, a floor indicator),
   non-centred: 174 elements.
