@@ -759,7 +759,7 @@ def test_a_rule_that_falls_in_its_first_window_after_the_trial_hands_over_to_the
     np.testing.assert_array_equal(restored.params["x"], trial_end.params["x"])
     record = controller.convergence(state, kwargs["candidates"], kwargs["settings"])
     assert record.direction == "adam-0.01"
-    assert record.trial_note.startswith("adam-0.01: next best (adam-0.1 led, and fell in its first window")
+    assert record.trial_note.startswith("adam-0.01: next best (adam-0.1 led, and fell after the trial)")
     # a later fall halves the step of the rule that runs, as before
     state, loop = controller.update(state, _window(-4e7, trial_end.params), restored, **kwargs)
     state, _ = controller.update(state, _window(-9e7, trial_end.params), loop, **kwargs)
@@ -784,6 +784,31 @@ def test_a_runner_up_whose_trial_collapsed_below_the_leader_does_not_take_over()
     assert int(state.candidate) == 0 and math.isclose(float(state.step_size), 0.05)
     assert (restored.rule, restored.rate) == (0, 0.05) and int(state.restarts) == 1
     np.testing.assert_array_equal(restored.params["x"], trial_end.params["x"])
+
+
+def test_the_trials_rule_falling_a_third_time_in_its_first_stage_hands_over_to_the_runner_up_once():
+    """A panel of AR(1) series at seed 1: the natural rule the trial kept fell five times in
+    its first stage, its step halved from 0.1 to 0.0031 (batches of 3,200 steps), and the run
+    ended at ``max_steps``. Its first two falls halve its step as before; at the third the
+    runner-up (Adam 0.01; Adam 1 diverged) goes on from the best window's mean at its own
+    rate; a fourth fall halves the runner-up's step: no second hand-over."""
+    state, loop, kwargs = _trial_of_three({"x": np.zeros(2, np.float32)})
+    state, loop = _run_trial(state, loop, kwargs, [(-9e7, -4.5e7), (-1e12, -1e12), (-1e8, -1.4e8)])
+    best = {"x": np.full(2, 7.0, np.float32)}
+    state, loop = controller.update(state, _window(-4.4e7, best), loop, **kwargs)  # climbing: no fall
+    fallen = _window(-8e7, {"x": np.full(2, -1.0, np.float32)}, seed=1)
+    for restarts, rate in ((1, 0.05), (2, 0.025)):
+        state, loop = controller.update(state, fallen, loop, **kwargs)
+        assert (int(state.candidate), int(state.restarts)) == (0, restarts)
+        assert (loop.rule, loop.rate) == (0, rate)
+    state, loop = controller.update(state, fallen, loop, **kwargs)
+    assert int(state.candidate) == 2 and math.isclose(float(state.step_size), 0.01)
+    assert (loop.rule, loop.rate) == (2, 0.01) and int(state.restarts) == 3
+    np.testing.assert_array_equal(loop.params["x"], best["x"])
+    record = controller.convergence(state, kwargs["candidates"], kwargs["settings"])
+    assert record.direction == "adam-0.01" and "adam-0.1 led, and fell after the trial" in record.trial_note
+    state, loop = controller.update(state, fallen, loop, **kwargs)
+    assert int(state.candidate) == 2 and (loop.rule, loop.rate) == (2, 0.005)
 
 
 def test_a_rule_that_goes_on_climbing_after_the_trial_keeps_its_step():

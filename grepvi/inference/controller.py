@@ -1350,7 +1350,9 @@ def _stage_update(
         # first window after the trial, the trial was too short to show its instability (ADVI
         # on Omniglot, one core: Adam 0.1 led after 46 steps and its next window's median was
         # -8e16; halving from there took every window of the budget), and the runner-up, which
-        # ran as long without falling, goes on from the kept rule's trial state instead.
+        # ran as long without falling, goes on from the kept rule's trial state instead; so
+        # it does, from the best state, at the kept rule's third fall in its first stage
+        # (:func:`_keeps_falling`).
         candidate = int(state.candidate) if runner_up is None else runner_up
         rho = rho / 2.0 if runner_up is None else candidates[runner_up].step_size
         start = select(state.best_state, candidate, rho, repeats)
@@ -2096,7 +2098,7 @@ def _trial_note(state: ControllerState, labels, kept: str, tie: bool = False) ->
     best = "within 2 SE of the best median ELBO (preferred on a tie)" if tie else "best median ELBO"
     leader = int(state.leader)
     if 0 <= leader < len(labels) and labels[leader] != kept:
-        best = f"next best ({labels[leader]} led, and fell in its first window after the trial)"
+        best = f"next best ({labels[leader]} led, and fell after the trial)"
     note = f"{kept}: {best} after {steps} steps of each of {len(labels)} rules"
     runs = list(zip(labels, state.trial_ran, state.trial_scores, strict=False))
     diverged = [
