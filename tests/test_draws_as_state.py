@@ -381,6 +381,46 @@ def test_no_bias_is_estimated_across_a_clipped_stage():
     assert controller.REASONS[int(rare.reason)] == "converged"
 
 
+def _stage_length(state, loop, clipped, seed=0):
+    """Iterations the second stage averages before it ends, fed windows of Gaussian noise
+    (sd 0.05 per coordinate: its MCSE after ``min_batches`` batches about 0.025, five
+    tolerances) with each step clipped at ``clipped``; the draws cannot be raised."""
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    kwargs = _update_arguments(settings, loop, max_repeats=int(state.repeats))
+    rng = np.random.default_rng(seed)
+    steps = settings.window
+    while int(state.stage) == 1 and not int(state.reason):
+        summary = controller.WindowSummary(
+            np.full(steps, -10.0) + rng.normal(0.0, 0.01, steps),
+            np.ones(steps, bool),
+            np.zeros((steps, 1), bool),
+            {"x": rng.normal(0.0, 0.05, 2)},
+            np.full(steps, clipped),
+        )
+        state, loop = controller.update(state, summary, loop, **kwargs)
+    return int(state.previous_iterations)
+
+
+def test_a_clipped_stage_ends_at_its_first_mcse():
+    """A stage whose trust region clipped more than ``MAX_CLIPPED`` of the elements' steps
+    can neither end the run nor be the stage a bias is estimated against: its average only
+    starts the next stage, and it ends after ``min_batches`` batches instead of averaging to
+    the tolerance (or to ``max_batches``). A 100-input Gaussian process (non-centred, its
+    locations coupled; ``benchmarks/medium_models.py``) clipped 86%, 69% and 38% of its
+    elements' steps at rho 0.1, 0.05 and 0.025: those stages ran 63, 63 and 24 batches
+    (22,600 iterations) before, 8 each now; the fit converged after 56,950 iterations
+    against 80,450."""
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    in_second = lambda s: int(s.stage) == 1 and int(s.phase) == controller.AVERAGE
+    state, loop, _, _ = _simulate(1, stop=in_second)
+    batch = controller._batch_windows_needed(float(state.step_size), settings.window) * settings.window
+    for seed in range(3):
+        assert _stage_length(state, loop, 0.3, seed) == settings.min_batches * batch, seed
+        unclipped = _stage_length(state, loop, 0.0, seed)
+        assert unclipped == settings.max_batches * batch, seed
+        assert _stage_length(state, loop, controller.MAX_CLIPPED, seed) == unclipped, seed
+
+
 numpyro = pytest.importorskip("numpyro")
 
 from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402

@@ -175,12 +175,14 @@ MIN_APPROACH_WINDOWS = 4  # windows of a stage before the trend test may start i
 # the same answer; the eleven other textbook models ran the same steps.
 EARLY_FACTOR = 2
 # The fraction of latent elements whose averaged steps a stage's trust region shrank, above
-# which the stage's average is not used to estimate a bias, and its successor raises the draws
-# by at least CLIPPED_DRAWS_FACTOR (where it may). Clipping makes a step nonlinear in its
-# gradient, asymmetrically: at a gamma posterior of shape 0.1 13% of 8-draw steps were clipped
-# at the optimum (0.1% of 64-draw ones), a stage's bias no longer fell as rho / D, and a bias
-# estimated across such a stage was 10 times too small (the fourteenth session). Fifty gamma
-# rates of shape 13 at 5 draws clip 1.7%, and their stages' bias falls as rho / D.
+# which the stage's average is not used to estimate a bias (nor can it end the run), the stage
+# ends at its first MCSE (min_batches batches: its average only starts the next stage), and its
+# successor raises the draws by at least CLIPPED_DRAWS_FACTOR (where it may). Clipping makes a
+# step nonlinear in its gradient, asymmetrically: at a gamma posterior of shape 0.1 13% of
+# 8-draw steps were clipped at the optimum (0.1% of 64-draw ones), a stage's bias no longer
+# fell as rho / D, and a bias estimated across such a stage was 10 times too small (the
+# fourteenth session). Fifty gamma rates of shape 13 at 5 draws clip 1.7%, and their stages'
+# bias falls as rho / D.
 MAX_CLIPPED = 0.05
 # The clipped fraction of a natural-gradient stage up to which the next stage approaches for
 # ``10 / rho`` steps only (:func:`_restart_settled`). Measured in the stage before the second:
@@ -1423,9 +1425,10 @@ def _stage_update(
     provisional = not accurate and _provisional(
         state, accuracy, rho / repeats, settings, distance, num_elements
     )
-    if not (accurate or costly or provisional or int(state.batches) >= settings.max_batches):
+    clipped_stage = _stage_clipped(state) > MAX_CLIPPED  # only starts the next stage
+    if not (accurate or costly or provisional or clipped_stage or int(state.batches) >= settings.max_batches):
         return state, loop_state
-    if not (accurate or costly or provisional) and _near_miss(
+    if not (accurate or costly or provisional or clipped_stage) and _near_miss(
         state, accuracy, rho / repeats, settings, distance
     ):
         return state, loop_state
