@@ -421,6 +421,39 @@ def test_a_clipped_stage_ends_at_its_first_mcse():
         assert _stage_length(state, loop, controller.MAX_CLIPPED, seed) == unclipped, seed
 
 
+def test_a_run_stopped_across_a_clipped_stage_reports_no_bias():
+    """A stopped run's accuracy adds its stage's bias, estimated from the change between
+    stages; across a stage that clipped more than ``MAX_CLIPPED`` of its elements' steps no
+    bias is estimated (its bias does not scale as ``rho / D``), so the record's ``stage_bias``
+    and ``accuracy`` are nan, ``clipped`` says why, and the summary names it. A 100-input
+    Gaussian process stopped in such stages read a change of 0.011 sd as its bias where its
+    averages were 0.075-0.08 sd from the converged answer."""
+    settings = controller.AdaptiveSettings(tolerance=MECHANISM_TOLERANCE)
+    in_second = lambda s: int(s.stage) == 1 and int(s.phase) == controller.AVERAGE
+    state, loop, _, _ = _simulate(64, stop=in_second)
+    ended = _finish_second_stage(state._replace(previous_clipped=np.float64(0.13)), loop, 0.0)
+    assert int(ended.stage) == 2 and math.isnan(float(ended.stage_bias))
+    plain = _finish_second_stage(state._replace(previous_clipped=np.float64(0.0)), loop, 0.0)
+    assert float(plain.stage_bias) == pytest.approx(0.0, abs=1e-12)
+    # stopped in the second stage's average, past its first MCSE
+    kwargs = _update_arguments(settings, loop, 4096)
+    candidates, distance = kwargs["candidates"], kwargs["distance"]
+    stopped, _, _, _ = _simulate(64, stop=lambda s: in_second(s) and int(s.batches) == settings.min_batches)
+    record = controller.convergence(stopped, candidates, settings, distance)
+    assert math.isfinite(record.accuracy) and record.clipped == 0.0
+    for previous, current in ((0.13, 0.0), (0.0, 0.2)):
+        clipped = stopped._replace(
+            previous_clipped=np.float64(previous),
+            clipped_sum=np.float64(current * 100),
+            clipped_steps=np.asarray(100),
+        )
+        record = controller.convergence(clipped, candidates, settings, distance)
+        assert math.isnan(record.accuracy) and math.isnan(record.stage_bias), (previous, current)
+        assert record.clipped == pytest.approx(max(previous, current))
+        assert math.isfinite(record.monte_carlo_error)
+        assert "clipped 13%" in record.summary() or "clipped 20%" in record.summary()
+
+
 numpyro = pytest.importorskip("numpyro")
 
 from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
