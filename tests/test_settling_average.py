@@ -21,6 +21,7 @@ stage.
 * Where the draws cannot be raised (a later stage at its cap, uncoupled), a slide couples the
   locations once and the stage runs again (``controller.sliding_uncoupled``); a stationary
   stage at its cap rarely tries it.
+* A coupled rerun whose steps the trust region clipped does not keep the coupling.
 """
 
 import math
@@ -204,6 +205,49 @@ def test_a_slide_the_coupling_does_not_cover_goes_on_and_is_not_tried_again():
     couple = _Couple(covers=False)
     state, _ = _slide_at_the_cap(couple, windows=30)
     assert couple.calls == 1 and int(state.coupled) == controller.SLIDE_UNCOUPLED and int(state.stage) == 2
+
+
+class _Uncoupler(_Couple):
+    """``_Couple`` that also counts ``uncouple`` (the coupling dropped)."""
+
+    def __init__(self):
+        super().__init__()
+        self.uncoupled = 0
+
+    def uncouple(self, loop):
+        self.uncoupled += 1
+        return loop
+
+
+def _end_a_coupled_rerun(clipped, seed=0):
+    """The first stage's coupled rerun (stage 1, ``coupled`` 1, the uncoupled stage's error
+    for one estimate 10: far above the rerun's), fed noise windows whose steps the trust region
+    clipped at ``clipped`` until the stage ends; returns its state and the stand-in."""
+    state, loop = _averaging(stage=1)
+    state = state._replace(coupled=np.asarray(1), uncoupled_error=np.float64(10.0))
+    couple = _Uncoupler()
+    rng = np.random.default_rng(seed)
+    while int(state.stage) == 1 and not int(state.reason):
+        window = _window(rng, 0.0)
+        summary = window._replace(clipped=np.full(STEPS, clipped))
+        state, loop = controller.update(state, summary, loop, couple=couple, **_arguments(loop))
+    return state, couple
+
+
+def test_a_coupled_rerun_whose_steps_were_clipped_does_not_keep_the_coupling():
+    """The rerun's error is compared with the uncoupled stage's to judge the coupling
+    (:func:`controller._coupling_helped`); a trust region that clipped more than
+    ``MAX_CLIPPED`` of the rerun's steps shrank them, and its error with them: no cut the
+    coupling made. A 100-input Gaussian process (``benchmarks/medium_models.py``) kept the
+    coupling on a rerun that clipped 89% of its steps, and its coupled stages then clipped
+    86%, 69% and 38% (80,450 iterations; 55,050 with the coupling dropped there)."""
+    kept, couple = _end_a_coupled_rerun(0.0)
+    assert int(kept.stage) == 2 and int(kept.coupled) == 1 and couple.uncoupled == 0
+    dropped, couple = _end_a_coupled_rerun(0.3)
+    assert int(dropped.stage) == 2 and int(dropped.coupled) == -1 and couple.uncoupled == 1
+    assert math.isnan(float(kept.uncoupled_error)) and math.isnan(float(dropped.uncoupled_error))
+    rare, couple = _end_a_coupled_rerun(controller.MAX_CLIPPED)  # up to the threshold: kept
+    assert int(rare.coupled) == 1 and couple.uncoupled == 0
 
 
 def test_the_slides_coupling_waits_for_a_later_uncoupled_stage_at_its_cap():
