@@ -1434,7 +1434,8 @@ def _stage_update(
     provisional = not accurate and _provisional(
         state, accuracy, rho / repeats, settings, distance, num_elements
     )
-    clipped_stage = _stage_clipped(state) > MAX_CLIPPED  # only starts the next stage
+    clipped = _stage_clipped(state)
+    clipped_stage = clipped > MAX_CLIPPED  # only starts the next stage
     if not (accurate or costly or provisional or clipped_stage or int(state.batches) >= settings.max_batches):
         return state, loop_state
     if not (accurate or costly or provisional or clipped_stage) and _near_miss(
@@ -1449,7 +1450,6 @@ def _stage_update(
     average = state.mean
     scale = rho / repeats
     bias = math.nan
-    clipped = _stage_clipped(state)
     if bool(state.has_previous):
         change, ratio, bias = _against_previous(state, accuracy, scale, distance)
         # a clipped stage's bias does not scale as rho / D: no estimate across it (the record
