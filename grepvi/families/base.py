@@ -202,7 +202,7 @@ class Family(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class Posterior:
-    """A family bound to fitted parameters: ``mean()``, ``variance()``, ``sample(key, n)``."""
+    """A family bound to fitted parameters: ``mean()``, ``variance()``, ``std()``, ``sample(key, n)``."""
 
     family: Family
     params: Any
@@ -212,6 +212,10 @@ class Posterior:
 
     def variance(self):
         return self.family.variance(self.params)
+
+    def std(self):
+        """The standard deviation, ``sqrt(variance())``, elementwise."""
+        return jnp.sqrt(self.variance())
 
     def sample(self, rng_key, num_samples: int | None = None):
         sample_shape = () if num_samples is None else (int(num_samples),)

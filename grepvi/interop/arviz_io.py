@@ -56,7 +56,9 @@ def to_inference_data(
       observed: ``{name: array}`` of observations for the ``observed_data`` group.
       deterministic: the :class:`~grepvi.interop.numpyro_model.NumPyroModel` the result was
         fitted from: its ``numpyro.deterministic`` sites join the ``posterior`` group, computed
-        at the same draws (:meth:`NumPyroModel.deterministic`).
+        at the same draws (:meth:`NumPyroModel.deterministic`), and its ``moving`` latent sites
+        (a support bounded by other latents) are reported by their values, not by the
+        unconstrained coordinate ``q`` is fitted on.
     """
     az = _arviz()
     posterior = {
@@ -64,7 +66,10 @@ def to_inference_data(
     }
     if deterministic is not None:  # the model's deterministic sites at the same draws
         values = deterministic.deterministic(result, num_draws, seed)
-        posterior.update({name: value[None] for name, value in values.items() if name not in posterior})
+        moving = set(getattr(deterministic, "moving", ()))
+        posterior.update(
+            {name: value[None] for name, value in values.items() if name not in posterior or name in moving}
+        )
     dims = {}
     for name, axes in dict(latent_axes or {}).items():
         if name in posterior and len(axes) == posterior[name].ndim - 2:

@@ -139,6 +139,12 @@ class NumPyroModel(NamedTuple):
         large (:meth:`default_batch_size`; ``batch_size=B`` always): each step draws a fresh
         batch of ``subsample_size`` rows (:meth:`minibatch_problem`); where it is small, every
         row.
+      moving: the latent sites whose support moves with other latents (``Uniform(lo, lo +
+        width)``, ``TruncatedNormal(low=lo)``): each is fitted on its unconstrained coordinate
+        ``u`` (a :class:`~grepvi.Normal`; ``families[name]`` and ``result.posterior[name]``
+        are ``u``'s), the model's value ``biject_to(support)(u)`` on the support of the draw's
+        other latents, as NumPyro's own unconstraining does (:func:`moving_log_prob`);
+        :meth:`deterministic` gives the values.
     """
 
     joint: LogJoint
@@ -154,12 +160,16 @@ class NumPyroModel(NamedTuple):
     # centred (centred_sites), named by fit's CentredSiteWarning where a fit drifts in them
     centred: dict = {}
     whitened: tuple = ()  # the centred sites that are multivariate normal (whitened by hand)
+    moving: tuple = ()  # latent sites whose support moves with other latents (fitted as u)
 
     def deterministic(self, result, num_draws: int = 1000, seed: int = 0) -> dict:
         """Draws of the model's ``numpyro.deterministic`` sites under the fitted ``q``: the model
         run at ``num_draws`` draws of every latent (the draws of
         :func:`grepvi.interop.arviz_io.to_inference_data` with the same ``seed``; NumPyro's
-        ``Predictive`` with posterior samples). ``{}`` where the model has none."""
+        ``Predictive`` with posterior samples). The values of the ``moving`` latent sites
+        too (``biject_to(support)(u)`` at each draw; :func:`to_inference_data` with
+        ``deterministic=`` reports them in place of ``u``). ``{}`` where the model has
+        neither."""
         from grepvi.interop.arviz_io import posterior_draws
 
         if self.deterministic_fn is None:
@@ -997,11 +1007,19 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     if subsampled:  # the plates' indices become data (all rows here; a batch per minibatch step)
         model, data, rebuild = _indexed_model(model, data, rebuild, subsampled)
 
+    moving = set()  # latent sites whose support moves with other latents (their ``u`` given)
+
     def trace_model(latents, data, seed=0, substitute_fn=None):
         call_args, call_kwargs = rebuild(data)
         if isinstance(seed, int):  # a raw uint32 key, not int64 where traced under enable_x64
             seed = np.array([0, seed], np.uint32)
-        if latents:
+        if latents and moving.intersection(latents):
+            # a moving site's value from its u on the support its distribution has in this run
+            substituted = handlers.seed(
+                handlers.substitute(model, substitute_fn=functools.partial(_substituted, latents, moving)),
+                rng_seed=seed,
+            )
+        elif latents:
             # the values substituted inside the seed handler, which then splits no key for a
             # site that has one (outside it, a Threefry split per latent site in each trace)
             substituted = handlers.seed(handlers.substitute(model, data=latents), rng_seed=seed)
@@ -1044,8 +1062,10 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     for name, site in first.items():
         if jnp.shape(site["value"]) != jnp.shape(second[name]["value"]):
             raise ModelError(f"site {name!r} changes its shape between traces of the model")
-        if not site["is_observed"]:
-            _check_fixed_support(name, site["support"], second[name]["support"])
+        if not site["is_observed"] and _support_moves(site["support"], second[name]["support"]):
+            moving.add(name)
+        elif site["is_observed"]:
+            _check_observed(name, site, first_log_probs[name])
 
     sites, axis_sizes = {}, {}
     for name, site in first.items():
@@ -1087,12 +1107,14 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     if unknown:
         raise ModelError(f"families: {unknown} are not latent sites of the model ({sorted(latent_sites)})")
     chosen = {
-        name: family_for_support(name, info.support, info.shape, info.event_ndim, families.get(name))
+        name: _moving_family(name, info, families.get(name))
+        if name in moving
+        else family_for_support(name, info.support, info.shape, info.event_ndim, families.get(name))
         for name, info in latent_sites.items()
     }
     started_at_zero = chosen
     chosen = {  # an ordered latent the user left to the support starts at its prior's median
-        name: family if name in families else _ordered_start(family, first[name])
+        name: family if name in families or name in moving else _ordered_start(family, first[name])
         for name, family in chosen.items()
     }
 
@@ -1113,7 +1135,9 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     def site_value(name, info, site, latents, data):
         own = None
-        if name in latents and spaces.get(name) == "unconstrained":
+        if name in latents and name in moving:
+            own = moving_log_prob(site, latents[name])
+        elif name in latents and spaces.get(name) == "unconstrained":
             own = _unconstrained_log_prob(site["fn"], latents[name], readers[name].transform_)
         elif name in latents and spaces.get(name, "value") != "value":
             own = _log_space_log_prob(site["fn"], latents[name], spaces[name])
@@ -1158,7 +1182,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
 
     chosen = _better_starts(chosen, started_at_zero, joint, data)
     centred = {  # a real-valued latent the user left to the support starts at its prior's centre
-        name: family if name in families else _centred_start(family, first[name])
+        name: family if name in families or name in moving else _centred_start(family, first[name])
         for name, family in chosen.items()
     }
     chosen = _better_starts(centred, chosen, joint, data)
@@ -1178,16 +1202,17 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         logdensity_fn=lambda latents, data: joint.logdensity_fn(to_inputs(latents), data),
         local_logdensity_fn=lambda latents, data: joint.local_logdensity_fn(to_inputs(latents), data),
         subsampled=subsampled,
-        deterministic_fn=_deterministic_fn(trace_model, first_trace),
+        deterministic_fn=_deterministic_fn(trace_model, first_trace, sorted(moving)),
         centred=(centred := centred_sites(first, joint.dependencies)),
         whitened=tuple(name for name in centred if _base_type(first[name]) in WHITENED_DISTRIBUTIONS),
+        moving=tuple(sorted(moving)),
     )
 
 
-def _deterministic_fn(trace_model, trace):
-    """``(latents, data) -> {site: value}`` of the model's ``numpyro.deterministic`` sites
-    (None where it has none)."""
-    names = [name for name, site in trace.items() if site["type"] == "deterministic"]
+def _deterministic_fn(trace_model, trace, moving=()):
+    """``(latents, data) -> {site: value}`` of the model's ``numpyro.deterministic`` sites and
+    its ``moving`` latent sites (their values on their supports; None where there are none)."""
+    names = [name for name, site in trace.items() if site["type"] == "deterministic"] + list(moving)
     if not names:
         return None
 
@@ -1568,9 +1593,9 @@ def _base_name(fn) -> str:
     return name
 
 
-def _check_fixed_support(name, first, second):
-    """ModelError where a latent's support moves between two prior draws (its bounds are
-    other latents: ``Uniform(0, tau)``); grepvi's families have a fixed support."""
+def _support_moves(first, second) -> bool:
+    """Whether a latent's support differs between two prior draws (its bounds are other
+    latents: ``Uniform(0, tau)``, ``TruncatedNormal(low=lo)``)."""
     from numpyro.distributions import constraints
 
     a, b = first, second
@@ -1578,17 +1603,74 @@ def _check_fixed_support(name, first, second):
         a, b = a.base_constraint, b.base_constraint
     bounds_a, bounds_b = _bounds(a), _bounds(b)
     if bounds_a is None or bounds_b is None:
-        return
-    same = all(
+        return False
+    return not all(
         np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
         for x, y in zip(bounds_a, bounds_b, strict=True)
     )
-    if not same:
+
+
+def _moving_family(name, info, choice=None) -> Family:
+    """The family of a latent site whose support moves with other latents: a real-valued one
+    on its unconstrained coordinate ``u`` (:class:`~grepvi.Normal`, or ``choice`` where it is a
+    real-valued family or ``"normal"``)."""
+    from numpyro.distributions import constraints
+
+    if choice is None:
+        return Normal(shape=info.shape)
+    family = family_for_support(name, constraints.real, info.shape, info.event_ndim, choice, hint=False)
+    if family.support != "real":
         raise ModelError(
-            f"site {name!r}: its support {first!r} depends on other latent values (its bounds differ "
-            "between two prior draws); grepvi's families have a fixed support: write the site on a "
-            "fixed one (e.g. u ~ Uniform(0, 1) and x = tau * u for x ~ Uniform(0, tau))"
+            f"site {name!r}: its support {info.support!r} moves with other latents, so it is fitted on "
+            f"its unconstrained coordinate (the real line); families[{name!r}] must be a real-valued "
+            f"family there (e.g. 'normal'), got {type(family).__name__} (support {family.support!r})"
         )
+    return family
+
+
+def _on_support(fn, u):
+    """``fn``'s support's bijection (NumPyro's ``biject_to``) and ``u`` mapped onto it."""
+    from numpyro.distributions.transforms import biject_to
+
+    transform = biject_to(fn.support)
+    return transform, transform(u)
+
+
+def _substituted(latents, moving, site):
+    """NumPyro's ``substitute_fn`` of a run at ``latents``: a moving site's value from its
+    ``u`` (:func:`_on_support` with the support of this run's other latents), the others' as
+    given (None: the site runs as it would)."""
+    name = site.get("name")
+    if name not in latents:
+        return None
+    if name in moving and site.get("type") == "sample":
+        return _on_support(site["fn"], latents[name])[1]
+    return latents[name]
+
+
+def moving_log_prob(site, u):
+    """A moving latent site's density in its unconstrained coordinate: ``log p(z) + log |dz /
+    du|`` at ``z = biject_to(support)(u)`` (the site's value in this run), over its batch
+    shape. With it, ``q`` on ``u`` is fitted to the posterior of ``u``, whose image is the
+    posterior of ``z``: NumPyro's NUTS and SVI (``AutoNormal``) fit such a site the same way."""
+    transform, value = _on_support(site["fn"], u)
+    return site["fn"].log_prob(value) + transform.log_abs_det_jacobian(u, value)
+
+
+def _check_observed(name, site, log_prob) -> None:
+    """ModelError where an observed site's data hold NaN and its log density is not finite
+    there (the fit could not start: ``log p`` would be NaN at every point)."""
+    value = np.asarray(site["value"])
+    if not np.issubdtype(value.dtype, np.floating) or not np.any(np.isnan(value)):
+        return
+    if np.all(np.isfinite(np.asarray(log_prob))):  # masked out (handlers.mask): read by nothing
+        return
+    where = np.argwhere(np.isnan(value))
+    raise ModelError(
+        f"site {name!r}: its observed data hold {len(where)} NaN value(s) (the first at index "
+        f"{tuple(int(i) for i in where[0])}), where its log density is NaN; drop those entries, or "
+        "sample the missing ones as a latent site of their own and observe the others"
+    )
 
 
 def _subsampled_plates(model, args, kwargs, data) -> tuple[dict, set]:
