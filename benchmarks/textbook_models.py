@@ -393,6 +393,7 @@ def _all_models():
     from frontier_models import FRONTIER_MODELS
     from held_out_models import HELD_OUT_MODELS
     from medium_models import MEDIUM_MODELS
+    from moving_support_models import MOVING_MODELS
     from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
     from rethinking_models import RETHINKING_MODELS
@@ -424,6 +425,7 @@ def _all_models():
         **RIDGE_MODELS,
         **SCALE_MODELS,
         **MEDIUM_MODELS,
+        **MOVING_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -26,6 +26,7 @@ compilation included, no cache shared), one after another::
     python benchmarks/time_to_answer.py --ridges              # the six of ridge_models.py
     python benchmarks/time_to_answer.py --scales              # the six of scale_models.py
     python benchmarks/time_to_answer.py --medium              # the ten of medium_models.py
+    python benchmarks/time_to_answer.py --moving              # the five of moving_support_models.py
     python benchmarks/time_to_answer.py --same-process --contenders nuts svi grepvi
 
 ``--same-process`` runs a model's contenders one after another in one process (in the order
@@ -207,7 +208,7 @@ def _fit(contender: str, entry, model_name: str, seed: int):
         pauses = [later - earlier - run for earlier, later, run in gaps]
         record["longest_pause"] = max(pauses, default=0.0)
         record["warnings"] = sorted({type(w.message).__name__ for w in caught})
-        answer = ("grepvi", result)
+        answer = ("grepvi", (result, adapted.moving))
     elif contender == "svi":
         import numpyro
         from numpyro.infer import SVI, Trace_ELBO
@@ -263,6 +264,7 @@ def _q_draws(kind, value, entry, args, rng_key):
     if kind == "grepvi":
         from grepvi.families.base import Posterior
 
+        value, moving = value
         draws, log_q, means = {}, 0.0, {}
         keys = jax.random.split(rng_key, len(value.posterior))
         for key, (name, posterior) in zip(keys, sorted(value.posterior.items()), strict=True):
@@ -274,6 +276,11 @@ def _q_draws(kind, value, entry, args, rng_key):
             log_q = log_q + per_element.reshape(ELBO_DRAWS, -1).sum(-1)
             draws[name] = z
             means[name] = posterior.mean()
+        if moving:  # q of u: the sites' values at each draw, q's density there by the Jacobian
+            values, log_det = _moving_values(entry.model, args, draws, moving)
+            draws.update(values)
+            log_q = log_q - log_det
+            means.update({name: values[name].mean(0) for name in moving})
         return draws, log_q, means
 
     from numpyro import handlers
@@ -304,6 +311,33 @@ def _q_draws(kind, value, entry, args, rng_key):
         draws[name] = z
         means[name] = z.mean(0)
     return draws, log_q, means
+
+
+def _moving_values(model, args, draws, moving):
+    """``(values, log |dz/du|)`` at each draw of a moving latent site (a support bounded by
+    other latents, fitted by grepvi on ``u``): ``z = biject_to(support)(u)`` on the support of
+    the draw's other latents."""
+    import jax
+    import jax.numpy as jnp
+    from numpyro import handlers
+    from numpyro.distributions.transforms import biject_to
+
+    def one(z):
+        def place(site):
+            name = site["name"]
+            if name in moving and site["type"] == "sample":
+                return biject_to(site["fn"].support)(z[name])
+            return z.get(name)
+
+        run = handlers.substitute(handlers.seed(model, 0), substitute_fn=place)
+        trace = handlers.trace(run).get_trace(*args)
+        log_det = sum(
+            jnp.sum(biject_to(trace[n]["fn"].support).log_abs_det_jacobian(z[n], trace[n]["value"]))
+            for n in moving
+        )
+        return {n: trace[n]["value"] for n in moving}, log_det
+
+    return jax.lax.map(one, draws, batch_size=256)
 
 
 def _shared_elbo(model, args, draws, log_q):
@@ -396,6 +430,7 @@ MODEL_SETS = {
     "ridges": ("ridge_models", "RIDGE_MODELS", "the six of ridge_models.py"),
     "scales": ("scale_models", "SCALE_MODELS", "the six of scale_models.py"),
     "medium": ("medium_models", "MEDIUM_MODELS", "the ten of medium_models.py"),
+    "moving": ("moving_support_models", "MOVING_MODELS", "the five of moving_support_models.py"),
 }
 
 
