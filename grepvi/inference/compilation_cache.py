@@ -2,8 +2,11 @@
 
 A fit compiles its step programs once per process; with the cache on, a second process (the
 next ``grepvi`` command, the next script run) reads them from disk instead of compiling
-them again. The command line turns it on; a library user calls :func:`enable_persistent_cache`
-once before fitting.
+them again. The command line and ``grepvi.fit`` (``from_numpyro(...).fit()`` too) turn it on
+unless the process configured one already (``jax_compilation_cache_dir``) or the environment
+disables it; :func:`enable_persistent_cache` names another directory. A warm cache took a
+fresh process's default fit of the pumps hierarchy from 4.15 s to 2.24-2.37 s (its first
+window from 3.35 s to 1.53-1.67 s; sixty-seventh session, 2 cores).
 
 The directory is, in order: the ``path`` argument; the environment variable
 ``GREPVI_COMPILATION_CACHE`` (``0``, ``off``, ``false`` or an empty value disable the cache);
