@@ -103,8 +103,24 @@ def uncoupled(monkeypatch):
     """The gamma-Poisson's log-means are coupled by default (``grepvi.optim.coupling``, whose
     Newton step crosses the concentration-rate ridge; ``tests/test_gamma_coupling.py``): here
     the coupling is off, as on a model whose correlated latents it does not cover (beta,
-    Dirichlet; GARCH's and a Hawkes process's fits still rerun with the control variate)."""
+    Dirichlet; a Hawkes process's fit still reruns with the control variate). Its gradient
+    costs a few thousand flops a draw, under ``fitting.EXPANSION_MIN_FLOPS``, where the default
+    raises the draws instead (:func:`test_a_model_whose_draws_are_cheap_raises_them_instead`):
+    here the floor is 0, to run the rerun on it."""
     monkeypatch.setattr(fitting, "location_coupler", lambda target, data, params=None: None)
+    monkeypatch.setattr(fitting, "EXPANSION_MIN_FLOPS", 0)
+
+
+def test_a_model_whose_draws_are_cheap_raises_them_instead(uncoupled, monkeypatch):
+    """The same first stage (it asks many times its draws) reruns with the control variate
+    where the model's gradient costs at least ``EXPANSION_MIN_FLOPS`` a draw, and raises its
+    draws where it costs less: the gamma-Poisson's costs under 10,000."""
+    rerun = grepvi.fit(_gamma_poisson, _latents(), progress=False, log_space=True)
+    assert rerun.convergence.control_variate == "quadratic"
+    monkeypatch.setattr(fitting, "EXPANSION_MIN_FLOPS", 10_000)
+    raised = grepvi.fit(_gamma_poisson, _latents(), progress=False, log_space=True)
+    assert raised.convergence.converged and raised.convergence.control_variate == ""
+    assert raised.convergence.draws > rerun.convergence.draws  # measured: 2,112 draws a step against 704
 
 
 def test_the_rerun_lands_on_the_optimum_the_plain_estimator_finds(uncoupled, monkeypatch):
