@@ -104,7 +104,7 @@ def uncoupled(monkeypatch):
     Newton step crosses the concentration-rate ridge; ``tests/test_gamma_coupling.py``): here
     the coupling is off, as on a model whose correlated latents it does not cover (beta,
     Dirichlet; a Hawkes process's fit still reruns with the control variate). Its gradient
-    costs a few thousand flops a draw, under ``fitting.EXPANSION_MIN_FLOPS``, where the default
+    costs under 10,000 flops a draw, under ``fitting.EXPANSION_MIN_FLOPS``, where the default
     raises the draws instead (:func:`test_a_model_whose_draws_are_cheap_raises_them_instead`):
     here the floor is 0, to run the rerun on it."""
     monkeypatch.setattr(fitting, "location_coupler", lambda target, data, params=None: None)

@@ -143,7 +143,7 @@ class NumPyroModel(NamedTuple):
         width)``, ``TruncatedNormal(low=lo)``): each is fitted on its unconstrained coordinate
         ``u`` (a :class:`~grepvi.Normal`; ``families[name]`` and ``result.posterior[name]``
         are ``u``'s), the model's value ``biject_to(support)(u)`` on the support of the draw's
-        other latents, as NumPyro's own unconstraining does (:func:`moving_log_prob`);
+        other latents, as NumPyro's NUTS unconstrains it (:func:`moving_log_prob`);
         :meth:`deterministic` gives the values.
     """
 
@@ -1652,7 +1652,10 @@ def moving_log_prob(site, u):
     """A moving latent site's density in its unconstrained coordinate: ``log p(z) + log |dz /
     du|`` at ``z = biject_to(support)(u)`` (the site's value in this run), over its batch
     shape. With it, ``q`` on ``u`` is fitted to the posterior of ``u``, whose image is the
-    posterior of ``z``: NumPyro's NUTS and SVI (``AutoNormal``) fit such a site the same way."""
+    posterior of ``z``: NumPyro's NUTS unconstrains such a site the same way (its potential
+    energy); NumPyro 0.22's ``AutoNormal`` takes the support from its first trace instead, and
+    its answers put draws outside the support the other latents set
+    (``benchmarks/moving_support_models.py``)."""
     transform, value = _on_support(site["fn"], u)
     return site["fn"].log_prob(value) + transform.log_abs_det_jacobian(u, value)
 
