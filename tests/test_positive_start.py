@@ -49,6 +49,11 @@ def test_positive_sites_start_at_a_gamma_of_shape_ten():
         assert family.init_mean == 1.0
 
 
+# Some draws of ``r`` reach the recursion's overflow: their steps are skipped and warned of.
+# On the sixty-seventh session's machine (AMD EPYC) 85 of the fit's 4,075 steps were, and the
+# answer was NUTS's (0.015-0.035 sd); the sixty-sixth session's CI run saw none. The warning is the product's
+# (``NonFiniteStepWarning``); what this test checks is where the fit lands.
+@pytest.mark.filterwarnings("ignore::grepvi.errors.NonFiniteStepWarning")
 def test_a_logistic_growth_curve_fits_to_nuts_with_the_defaults():
     """Started at an exponential (shape 1), the draws of ``r`` reached the chaotic side and
     the fit climbed a mode 76 nats below (r 1.13, sigma 0.88: 92 NUTS sd off) and stopped
