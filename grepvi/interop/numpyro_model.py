@@ -1628,23 +1628,17 @@ def _moving_family(name, info, choice=None) -> Family:
     return family
 
 
-def _on_support(fn, u):
-    """``fn``'s support's bijection (NumPyro's ``biject_to``) and ``u`` mapped onto it."""
-    from numpyro.distributions.transforms import biject_to
-
-    transform = biject_to(fn.support)
-    return transform, transform(u)
-
-
 def _substituted(latents, moving, site):
     """NumPyro's ``substitute_fn`` of a run at ``latents``: a moving site's value from its
-    ``u`` (:func:`_on_support` with the support of this run's other latents), the others' as
+    ``u`` (``biject_to`` of the support this run's other latents set), the others' as
     given (None: the site runs as it would)."""
     name = site.get("name")
     if name not in latents:
         return None
     if name in moving and site.get("type") == "sample":
-        return _on_support(site["fn"], latents[name])[1]
+        from numpyro.distributions.transforms import biject_to
+
+        return biject_to(site["fn"].support)(latents[name])
     return latents[name]
 
 
@@ -1656,8 +1650,10 @@ def moving_log_prob(site, u):
     energy); NumPyro 0.22's ``AutoNormal`` takes the support from its first trace instead, and
     its answers put draws outside the support the other latents set
     (``benchmarks/moving_support_models.py``)."""
-    transform, value = _on_support(site["fn"], u)
-    return site["fn"].log_prob(value) + transform.log_abs_det_jacobian(u, value)
+    from numpyro.distributions.transforms import biject_to
+
+    value = site["value"]  # biject_to(support)(u), substituted in this run (_substituted): not again
+    return site["fn"].log_prob(value) + biject_to(site["fn"].support).log_abs_det_jacobian(u, value)
 
 
 def _check_observed(name, site, log_prob) -> None:
