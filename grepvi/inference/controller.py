@@ -276,10 +276,46 @@ def default_max_draws(tolerance: float) -> int:
     return int(math.ceil(DRAWS_PER_INVERSE_SQUARED_TOLERANCE / float(tolerance) ** 2))
 
 
-def _tolerance(settings) -> float:
-    """``settings.tolerance``; ``None`` (sized by ``fit`` from the model, :func:`default_tolerance`)
-    reads as the small-model value where the controller runs without ``fit``."""
+def _tolerance(settings, state=None) -> float:
+    """The run's tolerance: ``state.tolerance`` once the first stage has sized it
+    (:func:`sized_tolerance`), else ``settings.tolerance``; ``None`` (sized by ``fit`` from the
+    model, :func:`default_tolerance`) reads as the small-model value where the controller runs
+    without ``fit``."""
+    if state is not None and math.isfinite(float(getattr(state, "tolerance", math.nan))):
+        return float(state.tolerance)
     return SMALL_MODEL_TOLERANCE if settings.tolerance is None else settings.tolerance
+
+
+# The error constant c (squared Monte Carlo error times gradient estimates, sd^2) the default
+# tolerance is sized for: the first stage's c of the textbook models is 0.001-0.9 (pumps 0.04,
+# eight schools 0.01, rat tumours 0.09, logistic regression 0.08, GARCH and a Hawkes process
+# 0.87), of the slow ones 2-170 (a 100-input GP 2.0, a Bayesian neural network 4.4, a topic
+# model 5.0, a Poisson factorization 45, a log-Gaussian Cox process 137).
+NOMINAL_ERROR_CONSTANT = 1.0
+# Models of fewer latent elements keep their tolerance whatever their noise: the conjugate
+# cases of tests/test_default_accuracy.py (1-3 elements; G-REP's error constant at a posterior
+# gamma shape of 0.1 is ~88) ask their means and variances within 2%, which 0.02 sd misses
+# (2.6-7.4% off), and a model that small averages in little time.
+WIDENED_TOLERANCE_ELEMENTS = 16
+
+
+def sized_tolerance(tolerance: float, coarsest: float, accuracy: float, estimates: int) -> float:
+    """The tolerance of a run whose first stage averaged ``estimates`` gradient estimates to a
+    Monte Carlo error of ``accuracy`` (sd): ``tolerance * sqrt(c / NOMINAL_ERROR_CONSTANT)``
+    with ``c = accuracy^2 * estimates``, within ``[tolerance, coarsest]``.
+
+    The draws to the convergence rule are about ``c / tolerance^2`` (Polyak-Ruppert: the
+    averaged iterate's error falls as one over the root of its draws, whatever the step), and
+    :func:`default_tolerance` sizes the tolerance for ``c`` about 1. A model whose draws are
+    ``c`` times noisier pays for it with a tolerance ``sqrt(c)`` times coarser, up to
+    ``coarsest`` (0.02 sd, the Monte Carlo error of about 2,500 independent posterior draws:
+    NUTS's 1,000 give about 0.03), so that its draws to the rule stay what ``c = 1`` costs.
+    A log-Gaussian Cox process (43 elements, ``c`` 137) took 145.6 s at 0.005 sd and 13.6 s at
+    0.02; a Bayesian neural network (46, ``c`` 4.4) 61.7 s at 0.005 sd and 12.7 s at 0.02."""
+    c = float(accuracy) ** 2 * max(int(estimates), 1)
+    if not math.isfinite(c) or c <= NOMINAL_ERROR_CONSTANT:
+        return float(tolerance)
+    return float(min(max(tolerance * math.sqrt(c / NOMINAL_ERROR_CONSTANT), tolerance), coarsest))
 
 
 class AdaptiveSettings(NamedTuple):
@@ -304,6 +340,10 @@ class AdaptiveSettings(NamedTuple):
         optimum is not counted: ``num_steps`` caps it); ``None``: :func:`default_max_draws` of
         the tolerance, 4 times the most a converged run has spent averaging (no cap for minibatch VI,
         whose draws see a batch of the rows: ``num_steps`` caps it).
+      coarsest_tolerance: where set, ``tolerance`` is widened at the first stage's end by its
+        measured noise up to this (:func:`sized_tolerance`); ``None``: ``tolerance`` holds for
+        the whole run. ``fit`` sets it (to 0.02) where the tolerance is its default and the
+        model has at least ``WIDENED_TOLERANCE_ELEMENTS`` latent elements.
     """
 
     step_size: float = 0.1
@@ -315,6 +355,7 @@ class AdaptiveSettings(NamedTuple):
     trial_windows: int = 3
     adam_step_size: float = 0.1
     max_draws: int | None = None
+    coarsest_tolerance: float | None = None
 
     def validated(self) -> "AdaptiveSettings":
         for name in ("step_size", "max_kl", "adam_step_size"):
@@ -323,6 +364,8 @@ class AdaptiveSettings(NamedTuple):
             validation.positive_float(self.tolerance, "tolerance")
         if self.max_draws is not None:
             validation.positive_int(self.max_draws, "max_draws")
+        if self.coarsest_tolerance is not None:
+            validation.positive_float(self.coarsest_tolerance, "coarsest_tolerance")
         for name in ("window", "min_batches", "max_batches", "trial_windows"):
             if validation.positive_int(getattr(self, name), name) < 2:
                 raise ConfigError(f"{name}: expected an integer of at least 2, found {getattr(self, name)!r}")
@@ -387,6 +430,8 @@ class Convergence(NamedTuple):
         latent elements whose steps the natural gradient's trust region shrank in that stage
         and the one its bias is measured against; over ``MAX_CLIPPED`` the bias is not
         estimated and ``accuracy`` is nan (nan: no stage average).
+      tolerance: the tolerance the run's convergence rule used (sd): the settings' or, where
+        the first stage's noise widened it, :func:`sized_tolerance`'s (nan: a fixed schedule).
     """
 
     converged: bool
@@ -414,10 +459,13 @@ class Convergence(NamedTuple):
     settles: int = 0
     narrowed: int = 0
     clipped: float = math.nan
+    tolerance: float = math.nan
 
     def summary(self) -> str:
         state = "converged" if self.converged else f"not converged ({self.reason})"
         accuracy = f"accuracy {self.accuracy:.2g} sd"
+        if self.converged and math.isfinite(self.tolerance):
+            accuracy += f" (tolerance {self.tolerance:.2g})"
         if math.isnan(self.accuracy) and math.isfinite(self.monte_carlo_error):
             why = "the first stage's bias is measured by a second"
             if self.clipped > MAX_CLIPPED:
@@ -550,6 +598,8 @@ class ControllerState(NamedTuple):
     # candidates of the current trial whose trial failed (:func:`_trial_failed`)
     trial_failed: np.ndarray = np.asarray(0)
     narrowed: np.ndarray = np.asarray(0)  # times the trial ran again from a narrower start (narrows)
+    # the tolerance the first stage's noise sized (sized_tolerance; nan: settings.tolerance)
+    tolerance: np.ndarray = np.asarray(np.nan)
 
 
 def _i(value) -> np.ndarray:
@@ -645,6 +695,7 @@ def init(
         stage_settles=_i(0),
         trial_failed=_i(0),
         narrowed=_i(0),
+        tolerance=_f(np.nan),
     )
 
 
@@ -1415,15 +1466,15 @@ def _stage_update(
         return restarted._replace(climbs=_i(int(state.climbs) + 1)), loop_state
     accuracy = distance(state.mean, _standard_error(state))
     state = state._replace(accuracy=_f(accuracy))
-    accurate = accuracy <= _tolerance(settings)
+    accurate = accuracy <= _tolerance(settings, state)
     averaged = int(state.batches) * _batch_windows_needed(rho, settings.window) * settings.window
     can_couple = couple is not None and linear
-    if can_couple and sliding_uncoupled(state, accuracy, distance, _tolerance(settings), room):
+    if can_couple and sliding_uncoupled(state, accuracy, distance, _tolerance(settings, state), room):
         coupled_loop = couple(loop_state)
         if coupled_loop is not None:  # the stage runs again from its iterate, coupled (not judged)
             return _run_again(state, select(coupled_loop, int(state.candidate), rho, repeats), 1)
         state = state._replace(coupled=_i(SLIDE_UNCOUPLED))
-    if settling(state, accuracy, distance, _tolerance(settings), room):
+    if settling(state, accuracy, distance, _tolerance(settings, state), room):
         restarted = _new_stage_statistics(state)._replace(phase=_i(AVERAGE))
         return restarted._replace(
             settles=_i(int(state.settles) + 1), stage_settles=_i(int(state.stage_settles) + 1)
@@ -1461,8 +1512,8 @@ def _stage_update(
             **_largest_change(state, distance),
         )
         # the previous stage's own error enters the estimate times ratio / (1 - ratio)
-        settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * _tolerance(settings)
-        if accurate and settled and linear_steps and bias <= 2.0 * _tolerance(settings):
+        settled = stage_bias(float(state.previous_accuracy), ratio) <= 2.0 * _tolerance(settings, state)
+        if accurate and settled and linear_steps and bias <= 2.0 * _tolerance(settings, state):
             params = _cast_like(average, loop_state.params)
             return state._replace(reason=_i(REASONS.index("converged"))), loop_state._replace(params=params)
     params = _cast_like(average, loop_state.params)
@@ -1490,6 +1541,13 @@ def _stage_update(
             loop_state = coupled_loop
         elif int(state.coupled) == 0:
             state = state._replace(coupled=_i(-1))
+    if settings.coarsest_tolerance is not None and not math.isfinite(float(state.tolerance)):
+        # the first stage average's noise sizes the run's tolerance (and the next stage's
+        # draws); a first stage run again (coupled) is measured at its rerun's end
+        sized = sized_tolerance(
+            _tolerance(settings), settings.coarsest_tolerance, accuracy, averaged * repeats
+        )
+        state = state._replace(tolerance=_f(sized))
     factor = _draws_factor(state, rho, bias, settings, room)
     if expandable and _expands(state, repeats * factor):
         # The stage's error asks many times the first stage's draws: it runs again from its
@@ -1505,7 +1563,7 @@ def _stage_update(
     if factor > 1:
         repeats *= factor
     else:
-        rho /= _step_divisor(bias, settings, num_elements)
+        rho /= _step_divisor(bias, settings, num_elements, state)
     next_state = select(loop_state._replace(params=params), int(state.candidate), rho, repeats)
     state = state._replace(
         previous=average,
@@ -1729,7 +1787,7 @@ def _provisional(
     the change (:func:`systematic_change`); run to the tolerance it cost four times the
     iterates. On a 10,000-group gamma-Poisson hierarchy (natural steps, one draw a step, the
     step halved between stages) each of three stages averaged about 4,400 iterates to 0.02 sd."""
-    tolerance = _tolerance(settings)
+    tolerance = _tolerance(settings, state)
     if num_elements < EARLY_END_ELEMENTS or not accuracy <= EARLY_END_ACCURACY * tolerance:
         return False
     if not bool(state.has_previous):
@@ -1751,7 +1809,7 @@ def _near_miss(state: ControllerState, accuracy: float, scale: float, settings, 
     and three stages of halved steps took 27 of the fit's 41-47 s; a Bayesian neural network
     (NumPyro's example, 2 x 5 units) ended its first at 0.0053, and its next three stages ran
     to the draws cap (``max_draws``, 64 s, unconverged)."""
-    tolerance = _tolerance(settings)
+    tolerance = _tolerance(settings, state)
     if not bool(state.has_previous) or not accuracy <= NEAR_MISS_ACCURACY * tolerance:
         return False
     if int(state.batches) >= NEAR_MISS_BATCHES * settings.max_batches:
@@ -1774,7 +1832,7 @@ def _against_previous(state: ControllerState, accuracy: float, scale: float, dis
     return change, ratio, bias
 
 
-def _step_divisor(bias: float, settings, num_elements: int) -> float:
+def _step_divisor(bias: float, settings, num_elements: int, state=None) -> float:
     """What the next stage divides the step by where it does not raise the draws: 2, or on
     models of at least ``EARLY_END_ELEMENTS`` elements whose stage bias is estimated, what
     brings that bias (proportional to the step) to ``STEP_AIM`` of the rule's bound
@@ -1783,7 +1841,7 @@ def _step_divisor(bias: float, settings, num_elements: int) -> float:
     batches' floor anyway: its Monte Carlo error, not the floor, sets its length."""
     if num_elements < EARLY_END_ELEMENTS or not math.isfinite(bias):
         return 2.0
-    aim = STEP_AIM * 2.0 * _tolerance(settings)
+    aim = STEP_AIM * 2.0 * _tolerance(settings, state)
     return float(min(max(2.0, bias / aim), MAX_STEP_DIVISOR))
 
 
@@ -1883,11 +1941,11 @@ def _draws_factor(state: ControllerState, rho: float, bias: float, settings, roo
     batch = _batch_windows_needed(rho, window) * window
     steps = int(state.batches) * batch
     accuracy = float(state.accuracy)
-    needed = steps * (accuracy / _tolerance(settings)) ** 2 if math.isfinite(accuracy) else 0.0
+    needed = steps * (accuracy / _tolerance(settings, state)) ** 2 if math.isfinite(accuracy) else 0.0
     floor = MIN_APPROACH_WINDOWS * window + settings.min_batches * batch
     factor = needed / floor
     if math.isfinite(bias):
-        factor = max(factor, bias / (2.0 * _tolerance(settings)))
+        factor = max(factor, bias / (2.0 * _tolerance(settings, state)))
     factor = int(min(factor, room))
     return factor if factor >= 2 else 1
 
@@ -2036,6 +2094,7 @@ def convergence(
         settles=int(getattr(state, "settles", 0)),
         narrowed=int(getattr(state, "narrowed", 0)),
         clipped=_answer_clipped(state, source) if source in ("current", "previous") else math.nan,
+        tolerance=_tolerance(settings, state) if settings is not None else math.nan,
     )
 
 

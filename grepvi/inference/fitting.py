@@ -392,7 +392,11 @@ def setup(
     if chunk_size is not None:
         settings = settings._replace(window=int(chunk_size))
     if settings.tolerance is None:
-        settings = settings._replace(tolerance=controller.default_tolerance(latent_elements(target.families)))
+        elements = latent_elements(target.families)
+        settings = settings._replace(tolerance=controller.default_tolerance(elements))
+        if elements >= controller.WIDENED_TOLERANCE_ELEMENTS and settings.coarsest_tolerance is None:
+            # the default tolerance, widened by the first stage's noise (controller.sized_tolerance)
+            settings = settings._replace(coarsest_tolerance=controller.LARGE_MODEL_TOLERANCE)
     settings = settings.validated()
     if settings.max_draws is None and batch_size is None:  # a minibatch draw sees B of N rows
         settings = settings._replace(max_draws=controller.default_max_draws(settings.tolerance))
@@ -799,7 +803,10 @@ def fit(
       step_size: ``eta`` of the ADVI step-size sequence (paper Eq. 9): runs that schedule.
       optimizer: any optax transformation (fed the gradient of ``-ELBO``): runs it.
       tolerance: accuracy the default procedure stops at, in posterior standard deviations
-        (default: by the model's size, :func:`grepvi.inference.controller.default_tolerance`).
+        (default: by the model's size, :func:`grepvi.inference.controller.default_tolerance`,
+        and from 16 latent elements widened by the first stage's measured noise up to 0.02:
+        :func:`grepvi.inference.controller.sized_tolerance`; ``result.convergence.tolerance``
+        says what the run used).
       seed: random seed; the same seed gives the same result on the same machine.
       num_samples: Monte Carlo samples per gradient (estimator option).
       local_logdensity_fn: per-element local log joints (Markov blankets), see ``Target``.
