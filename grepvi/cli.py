@@ -185,7 +185,8 @@ def _add_run_options(parser, *, estimator: bool = True, required_model: bool = T
         type=_number,
         metavar="SD",
         help="accuracy at which the default procedure stops, in posterior standard deviations "
-        "(default: 0.005 up to 64 latent elements, 0.02 from 1,024)",
+        "(default: 0.005 up to 64 latent elements, 0.02 from 1,024; from 16 elements widened "
+        "by the first stage's measured noise, up to 0.02)",
     )
     group.add_argument(
         "--num-samples", type=_integer, metavar="S", help="draws per gradient (default: 1; BBVI 30)"
