@@ -62,7 +62,8 @@ killed at any moment and resumed from its last checkpoint takes the same decisio
    error enters it times ``r / (1 - r)``, which must also be within ``2 * tolerance``); the run
    ends when the last stage is known to ``tolerance`` and its bias so estimated is within
    ``2 * tolerance`` (the default ``tolerance`` widened where the first stage's average
-   measured noisy draws: :func:`sized_tolerance`). Otherwise a new stage starts from the average with ``rho / D`` smaller:
+   measured noisy draws: :func:`sized_tolerance`). Otherwise a new stage starts from the
+   average with ``rho / D`` smaller:
    by **more draws per step** where a stage at the current draws would cost ``f >= 2`` times
    its floor (the approach windows and ``min_batches`` batches; ``f >= EARLY_FACTOR`` ends the
    stage at its first MCSE): ``f`` times the draws buy a stage at the floor for the same
