@@ -289,9 +289,9 @@ def _tolerance(settings, state=None) -> float:
 
 
 # The error constant c (squared Monte Carlo error times gradient estimates, sd^2) the default
-# tolerance is sized for: the first stage's c of the textbook models is 0.001-0.9 (pumps 0.04,
+# tolerance is sized for: the first stage's c of the textbook models is 0.00-0.87 (pumps 0.04,
 # eight schools 0.01, rat tumours 0.09, logistic regression 0.08, GARCH and a Hawkes process
-# 0.87), of the slow ones 2-170 (a 100-input GP 2.0, a Bayesian neural network 4.4, a topic
+# 0.87), of the census's slow ones 2-170 (a 100-input GP 2.0, a Bayesian neural network 4.4, a topic
 # model 5.0, a Poisson factorization 45, a log-Gaussian Cox process 137).
 NOMINAL_ERROR_CONSTANT = 1.0
 # Models of fewer latent elements keep their tolerance whatever their noise: the conjugate
@@ -312,8 +312,10 @@ def sized_tolerance(tolerance: float, coarsest: float, accuracy: float, estimate
     ``c`` times noisier pays for it with a tolerance ``sqrt(c)`` times coarser, up to
     ``coarsest`` (0.02 sd, the Monte Carlo error of about 2,500 independent posterior draws:
     NUTS's 1,000 give about 0.03), so that its draws to the rule stay what ``c = 1`` costs.
-    A log-Gaussian Cox process (43 elements, ``c`` 137) took 145.6 s at 0.005 sd and 13.6 s at
-    0.02; a Bayesian neural network (46, ``c`` 4.4) 61.7 s at 0.005 sd and 12.7 s at 0.02."""
+    A log-Gaussian Cox process (43 elements, ``c`` 137: 0.02 sd) took 122-181 s before and
+    13.7-16.9 s after, a Bayesian neural network (46, ``c`` 4.4: 0.0105 sd) 59.6-73.7 s and
+    24.0-33.3 s, their ELBOs within 0.01 nats (``docs/performance.md``, sixty-eighth session).
+    A first stage whose average still drifts (a ridge) reads the drift as noise here too."""
     c = float(accuracy) ** 2 * max(int(estimates), 1)
     if not math.isfinite(c) or c <= NOMINAL_ERROR_CONSTANT:
         return float(tolerance)
