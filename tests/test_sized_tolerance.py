@@ -49,6 +49,8 @@ def test_the_tolerance_is_the_settings_where_the_noise_is_nominal_and_widens_as_
     assert math.isclose(widened, 0.01, rel_tol=1e-9)
     assert controller.sized_tolerance(0.005, 0.02, accuracy=0.4, estimates=800) == 0.02  # c = 128: capped
     assert controller.sized_tolerance(0.005, 0.02, accuracy=math.nan, estimates=800) == 0.005
+    # a coarsest finer than the tolerance never narrows it
+    assert controller.sized_tolerance(0.01, 0.005, accuracy=0.4, estimates=800) == 0.01
 
 
 def test_a_noisy_model_of_twenty_rates_converges_at_its_widened_tolerance_to_the_exact_posterior():

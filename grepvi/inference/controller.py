@@ -283,7 +283,7 @@ def _tolerance(settings, state=None) -> float:
     (:func:`sized_tolerance`), else ``settings.tolerance``; ``None`` (sized by ``fit`` from the
     model, :func:`default_tolerance`) reads as the small-model value where the controller runs
     without ``fit``."""
-    if state is not None and math.isfinite(float(getattr(state, "tolerance", math.nan))):
+    if state is not None and math.isfinite(float(state.tolerance)):
         return float(state.tolerance)
     return SMALL_MODEL_TOLERANCE if settings.tolerance is None else settings.tolerance
 
@@ -319,7 +319,8 @@ def sized_tolerance(tolerance: float, coarsest: float, accuracy: float, estimate
     c = float(accuracy) ** 2 * max(int(estimates), 1)
     if not math.isfinite(c) or c <= NOMINAL_ERROR_CONSTANT:
         return float(tolerance)
-    return float(min(max(tolerance * math.sqrt(c / NOMINAL_ERROR_CONSTANT), tolerance), coarsest))
+    # never below ``tolerance``, even where ``coarsest`` is set finer than it
+    return float(max(min(tolerance * math.sqrt(c / NOMINAL_ERROR_CONSTANT), coarsest), tolerance))
 
 
 class AdaptiveSettings(NamedTuple):
