@@ -4,10 +4,11 @@ A change to the default procedure (the controller, a rule, an estimator's defaul
 against every model the project has written before it lands: which fits stop for another
 reason, take other iterations or land elsewhere. ``run`` fits each model of the census with
 ``from_numpyro(model, *data).fit(seed=S)`` (the defaults) one after another in this process
-and appends a JSON line per model: the reason, iterations, converged, seconds, and every
-latent's posterior mean and standard deviation. ``compare`` reads two such files and lists
-the models whose reason or iterations differ, or whose means moved more than ``--atol`` of
-their sd::
+and appends a JSON line per model: the reason, iterations, converged, the tolerance the run
+used and the accuracy it reached (``result.convergence``: a widened tolerance shows), seconds,
+and every latent's posterior mean and standard deviation. ``compare`` reads two such files and
+lists the models whose reason or iterations differ, or whose means moved more than ``--atol``
+of their sd (and the tolerance where both record it and it changed)::
 
     python benchmarks/census.py run --out /tmp/base.jsonl --shard 0/2 &   # one core each:
     python benchmarks/census.py run --out /tmp/base.jsonl --shard 1/2     #   taskset -c 0 / 1
@@ -73,6 +74,8 @@ def fit_record(name: str, seed: int) -> dict:
         "reason": c.reason,
         "converged": bool(c.converged),
         "iterations": int(c.num_iterations),
+        "tolerance": float(c.tolerance),
+        "accuracy": float(c.accuracy),
         "seconds": time.perf_counter() - start,
         "mean": {k: as_list(p.mean()) for k, p in sorted(result.posterior.items())},
         "sd": {k: as_list(np.sqrt(p.variance())) for k, p in sorted(result.posterior.items())},
@@ -134,9 +137,13 @@ def compare(first: Path, second: Path, atol: float) -> int:
             continue
         move = largest_move(x, y)
         if x["reason"] != y["reason"] or x["iterations"] != y["iterations"] or move > atol:
+            tolerances = (x.get("tolerance"), y.get("tolerance"))
+            tolerance = ""
+            if None not in tolerances and tolerances[0] != tolerances[1]:
+                tolerance = f"; tolerance {tolerances[0]:.3g} -> {tolerances[1]:.3g}"
             differ.append(
                 f"{name}: {x['reason']} {x['iterations']:,} -> {y['reason']} {y['iterations']:,}, "
-                f"largest mean move {move:.3g} sd; {x['seconds']:.1f} -> {y['seconds']:.1f} s"
+                f"largest mean move {move:.3g} sd; {x['seconds']:.1f} -> {y['seconds']:.1f} s{tolerance}"
             )
     only = sorted(set(a) ^ set(b))
     same = len(common) - len(differ)
