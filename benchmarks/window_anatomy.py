@@ -18,8 +18,9 @@ compile time, not most of it. The optimized HLO: 23,700 lines, 363 loop fusions;
 
 ``--kernels`` counts the optimized HLO's fusions by the computation that runs them: XLA's CPU
 backend compiles each as an LLVM module of its own, about 10 ms apiece whatever it computes.
-Pumps in the sixty-ninth session: 187, of which 86 in the repeats' loop (one estimate), 39 in
-the window's step, 23 and 14 in the natural and Adam rules' branches, 18 outside the loops.
+Pumps in the sixty-ninth session: 187, of which 86 in the window's step outside the repeats'
+loop, 39 in that loop (the draws' part of one estimate), 23 and 14 in the natural and Adam
+rules' branches, 18 outside the loops.
 """
 
 import argparse
