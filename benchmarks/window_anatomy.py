@@ -59,21 +59,33 @@ def _subjaxprs(eqn, core):
 
 
 def kernels_by_computation(text: str) -> list:
-    """``(fusions, computation, its other operations)`` for each computation of an optimized
-    HLO module that calls fusions, most first. On XLA's CPU backend every fusion is a kernel
-    of its own, compiled by LLVM in a module of its own: a loop body's fusions are the kernels
-    of one trip (the repeats' estimate, the window's step, a rule's branch)."""
-    rows = []
+    """``(fusions, computation, where it runs, its other operations)`` for each computation of
+    an optimized HLO module that calls fusions, most first; where it runs: the body of a while
+    loop or a conditional's branch in which computation (XLA renames the loops' bodies, so
+    read the nesting, not the names). On XLA's CPU backend every fusion is a kernel of its
+    own, compiled by LLVM in a module of its own: a loop body's fusions are the kernels of one
+    trip (the window's step, the repeats' estimate inside it, a rule's branch)."""
+    blocks = {}
     for block in re.split(r"\n(?=\S.*\{\n)", text):
         head = block.split("\n", 1)[0]
-        if head.startswith(("%fused", "fused")):
+        blocks["ENTRY" if head.startswith("ENTRY") else head.split()[0].lstrip("%")] = block
+    parent = {}
+    for name, block in blocks.items():
+        for body in re.findall(r"\bwhile\([^)]*\), condition=%?[\w.\-]+, body=%?([\w.\-]+)", block):
+            parent[body] = f"a while loop's body in {name}"
+        for branches in re.findall(r"branch_computations=\{([^}]*)\}", block):
+            for branch in re.findall(r"%?([\w.\-]+)", branches):
+                parent[branch] = f"a conditional's branch in {name}"
+    rows = []
+    for name, block in blocks.items():
+        if name.startswith("fused"):
             continue
-        name = "ENTRY" if head.startswith("ENTRY") else head.split()[0].lstrip("%")
         ops = collections.Counter(re.findall(r"= \S+ ([a-z][\w-]*)\(", block))
         fusions = ops.pop("fusion", 0)
         if fusions:
             others = ", ".join(f"{op} {n}" for op, n in ops.most_common(4))
-            rows.append((fusions, name, others))
+            where = parent.get(name, "the entry" if name == "ENTRY" else "called")
+            rows.append((fusions, name, where, others))
     return sorted(rows, reverse=True)
 
 
@@ -166,8 +178,8 @@ def main(argv=None):
         if args.dump:
             Path(args.dump).write_text(text)
         if args.kernels:
-            for count, name, ops in kernels_by_computation(text):
-                print(f"  {count:4d} fusions in {name} ({ops})")
+            for count, name, where, ops in kernels_by_computation(text):
+                print(f"  {count:4d} fusions in {name[:40]}: {where[:70]} ({ops})")
 
 
 if __name__ == "__main__":
