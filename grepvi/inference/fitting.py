@@ -48,6 +48,7 @@ from grepvi.inference.state import (
     step,
     traced_once,
 )
+from grepvi.inference.summary import describe, posterior_table
 from grepvi.inference.widened_gradient import widened_target
 from grepvi.optim import coupling
 from grepvi.optim.advi import advi_stepsize
@@ -110,6 +111,15 @@ class FitResult(NamedTuple):
     @property
     def converged(self) -> bool:
         return bool(self.convergence is not None and self.convergence.converged)
+
+    def summary(self, num_draws: int = 1000, seed: int = 0, max_rows: int = 60) -> str:
+        """How the run ended and a table of each latent element's ``q``: mean, standard
+        deviation, and 5%, 50% and 95% quantiles of ``num_draws`` draws (at most ``max_rows``
+        rows): ``print(result.summary())``. See :func:`grepvi.inference.summary.posterior_table`."""
+        return posterior_table(self, num_draws, seed, max_rows)
+
+    def __repr__(self) -> str:  # the state's arrays stay out of it: summary.describe
+        return describe(self)
 
 
 def latent_elements(families: dict) -> int:
