@@ -397,6 +397,7 @@ def _all_models():
     from outlier_models import OUTLIER_MODELS
     from probe_models import PROBE_MODELS
     from rethinking_models import RETHINKING_MODELS
+    from reviewer_models import REVIEWER_MODELS
     from ridge_models import RIDGE_MODELS
     from scale_models import SCALE_MODELS
     from support_models import SUPPORT_MODELS
@@ -426,6 +427,7 @@ def _all_models():
         **SCALE_MODELS,
         **MEDIUM_MODELS,
         **MOVING_MODELS,
+        **REVIEWER_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -431,6 +431,7 @@ MODEL_SETS = {
     "scales": ("scale_models", "SCALE_MODELS", "the six of scale_models.py"),
     "medium": ("medium_models", "MEDIUM_MODELS", "the ten of medium_models.py"),
     "moving": ("moving_support_models", "MOVING_MODELS", "the five of moving_support_models.py"),
+    "reviewer": ("reviewer_models", "REVIEWER_MODELS", "the ten of reviewer_models.py"),
 }
 
 

@@ -40,6 +40,27 @@ def test_elementwise_and_matrix_products_are_counted_as_xla_does():
     assert _flops(lambda v: jnp.reshape(v, (10, 10)).T, x) == 0  # layout is free
 
 
+def test_iterative_special_functions_count_their_measured_cost():
+    """XLA computes the incomplete gamma and beta functions by series in a loop: 64 and 256
+    times an ``exp`` per element (``cost.ITERATIVE_COST``); a polynomial one (``lgamma``) is
+    one operation, as before."""
+    from jax.scipy import special
+
+    x = jnp.full(100, 3.0)
+    assert _flops(lambda v: special.gammainc(8.0, v), x) == 64 * 100
+    assert _flops(lambda v: special.gammaincc(8.0, v), x) == 64 * 100
+    assert _flops(lambda v: special.betainc(2.0, 3.0, v / 4.0), x) == 256 * 100 + 100
+    assert _flops(lambda v: special.gammaln(v), x) == 100
+    # 400 capped counts' log P(Y >= 8): the first draws fall below the latent rule's 64
+    families = {"b": Normal(shape=(3,))}
+    rows = jnp.full(400, 3.0)
+    flops = _flops(
+        jax.value_and_grad(lambda b: jnp.sum(jnp.log(special.gammainc(8.0, jnp.exp(b[0]) + rows)))), x[:3]
+    )
+    per_draw = fitting.DRAW_FLOPS_PER_MODEL_FLOP * flops
+    assert fitting.draws_per_step(families, grepvi.estimators.grep(), per_draw) < 64
+
+
 def test_loops_count_their_body_once_conds_their_costliest_branch_scans_their_length():
     x = jnp.ones(50)
     body = lambda i, v: v * 2.0 + 1.0  # 100 per run

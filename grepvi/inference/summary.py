@@ -37,7 +37,7 @@ def final_elbo(trace, fraction: float = 0.1) -> float:
     """The mean of the finite ELBO estimates over the last ``fraction`` of ``trace`` (the
     paper's Table 1 criterion: :func:`grepvi.diagnostics.evaluation.best_final_elbo`); NaN for
     an empty trace."""
-    from grepvi.diagnostics.evaluation import best_final_elbo  # the diagnostics import the models
+    from grepvi.diagnostics.evaluation import best_final_elbo  # it imports fitting, which imports this
 
     elbo = np.asarray(getattr(trace, "elbo", ()), np.float64)
     if elbo.size == 0:
