@@ -114,3 +114,15 @@ def test_repr_and_summary_of_a_fit():
     # the exact posterior is Gamma(2 + 12, 1 + 3): q's mean within 1% of 14 / 4
     assert float(row[1]) == pytest.approx(3.5, rel=0.01)
     assert float(row[2]) == pytest.approx(14**0.5 / 4, rel=0.02)
+
+
+def test_final_elbo_is_the_papers_criterion():
+    from grepvi.diagnostics.evaluation import best_final_elbo
+
+    rng = np.random.default_rng(0)
+    elbo = rng.normal(-100.0, 3.0, size=237)
+    elbo[[5, 230]] = np.nan  # not evaluated
+    elbo[233] = -np.inf  # a non-finite estimate in the tail
+    trace = types.SimpleNamespace(elbo=elbo)
+    assert summary.final_elbo(trace) == pytest.approx(best_final_elbo(elbo))
+    assert summary.final_elbo(types.SimpleNamespace(elbo=np.array([]))) != summary.final_elbo(trace)

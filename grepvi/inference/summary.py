@@ -34,16 +34,15 @@ QUANTILES = (0.05, 0.5, 0.95)
 
 
 def final_elbo(trace, fraction: float = 0.1) -> float:
-    """The mean of the finite ELBO estimates over the last ``fraction`` of ``trace`` (the
-    paper's Table 1 criterion: :func:`grepvi.diagnostics.evaluation.best_final_elbo`); NaN for
-    an empty trace."""
-    from grepvi.diagnostics.evaluation import best_final_elbo  # it imports fitting, which imports this
-
-    elbo = np.asarray(getattr(trace, "elbo", ()), np.float64)
-    if elbo.size == 0:
-        return math.nan
-    value = best_final_elbo(elbo, fraction)
-    return value if math.isfinite(value) else math.nan
+    """The mean of the finite ELBO estimates over the last ``fraction`` of ``trace``'s evaluated
+    iterations (the paper's Table 1 criterion, as
+    :func:`grepvi.diagnostics.evaluation.best_final_elbo`, which sits in a layer above this
+    one); NaN where there are none."""
+    elbo = np.asarray(getattr(trace, "elbo", ()), np.float64).ravel()
+    elbo = elbo[~np.isnan(elbo)]
+    tail = elbo[-max(1, math.ceil(fraction * elbo.size)) :] if elbo.size else elbo
+    tail = tail[np.isfinite(tail)]
+    return float(np.mean(tail)) if tail.size else math.nan
 
 
 def _family_label(family) -> str:
