@@ -20,13 +20,13 @@ is a size, not a timing.
 
 The iterative special functions are the exception (:data:`ITERATIVE_COST`): XLA evaluates the
 incomplete gamma and beta functions, ``zeta`` and ``polygamma`` by series or continued
-fractions in a loop, at 30 to 250 times an ``exp`` per element. Measured on 2 CPU cores
+fractions in a loop, at 30 to 250 times an ``exp`` per element. Measured on one CPU core
 (seventieth session, 128 x 150 float32 elements, nanoseconds per element): ``exp`` 1.4, ``add``
 1.8, ``lgamma`` 9.8, ``digamma`` 14.1, ``igamma`` 92, ``igammac`` 91, ``igamma`` and its
 derivative in ``a`` 171, ``random_gamma_grad`` 96, ``polygamma(1, x)`` 75, ``zeta`` 51,
 ``betainc`` 358. Counted as one operation, a Poisson regression whose 150 capped counts enter
 as ``log gammainc(8, rate)`` (``benchmarks/reviewer_models.py``, ``censored_poisson``) took
-64-128 draws a step at 2.5 ms, 7 s of an 11 s fit where NumPyro's SVI took 3.2 s in all.
+64-128 draws a step, about 2.5 ms each: 7 s of an 11 s fit where NumPyro's SVI took 3.2 s in all.
 """
 
 import math

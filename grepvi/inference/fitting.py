@@ -114,8 +114,9 @@ class FitResult(NamedTuple):
 
     def summary(self, num_draws: int = 1000, seed: int = 0, max_rows: int = 60) -> str:
         """How the run ended and a table of each latent element's ``q``: mean, standard
-        deviation, and 5%, 50% and 95% quantiles of ``num_draws`` draws (at most ``max_rows``
-        rows): ``print(result.summary())``. See :func:`grepvi.inference.summary.posterior_table`."""
+        deviation, and 5%, 50% and 95% quantiles (exact for the standard families, else of
+        ``num_draws`` draws; at most ``max_rows`` rows): ``print(result.summary())``. See
+        :func:`grepvi.inference.summary.posterior_table`."""
         return posterior_table(self, num_draws, seed, max_rows)
 
     def __repr__(self) -> str:  # the state's arrays stay out of it: summary.describe

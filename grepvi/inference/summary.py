@@ -8,8 +8,9 @@ regression.
 
 ``summary`` is NumPyro's ``print_summary`` for a variational answer: for each latent element,
 ``q``'s mean and standard deviation (the family's own: closed form, or its Monte Carlo
-estimate where it has none) and its quantiles (from ``num_draws`` draws of ``q``), under the
-run's :meth:`~grepvi.inference.controller.Convergence.summary`. No effective sample size or
+estimate where it has none) and its quantiles (exact where its marginals are standard
+distributions, else of ``num_draws`` draws of ``q``), under the run's
+:meth:`~grepvi.inference.controller.Convergence.summary`. No effective sample size or
 R-hat: the draws are independent draws of ``q``, not a chain. The values are those of the
 latents as fitted: a NumPyro latent whose support moves with other latents is fitted as a
 standardized variable (its values: ``NumPyroModel.deterministic``).
