@@ -395,6 +395,7 @@ def _all_models():
     from medium_models import MEDIUM_MODELS
     from moving_support_models import MOVING_MODELS
     from outlier_models import OUTLIER_MODELS
+    from outsider_models import OUTSIDER_MODELS
     from probe_models import PROBE_MODELS
     from rethinking_models import RETHINKING_MODELS
     from reviewer_models import REVIEWER_MODELS
@@ -428,6 +429,7 @@ def _all_models():
         **MEDIUM_MODELS,
         **MOVING_MODELS,
         **REVIEWER_MODELS,
+        **OUTSIDER_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

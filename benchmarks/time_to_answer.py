@@ -432,6 +432,7 @@ MODEL_SETS = {
     "medium": ("medium_models", "MEDIUM_MODELS", "the ten of medium_models.py"),
     "moving": ("moving_support_models", "MOVING_MODELS", "the five of moving_support_models.py"),
     "reviewer": ("reviewer_models", "REVIEWER_MODELS", "the ten of reviewer_models.py"),
+    "outsider": ("outsider_models", "OUTSIDER_MODELS", "the ten of outsider_models.py"),
 }
 
 
