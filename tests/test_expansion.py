@@ -25,7 +25,7 @@ class _Loop(NamedTuple):
     rng_key: jax.Array
 
 
-def _first_stage(window_sd, expandable, seed=0):
+def _first_stage(window_sd, expandable, seed=0, max_repeats=64):
     """Simulated windows (mean iterate 0 plus noise of sd ``window_sd / sqrt(repeats)`` per
     coordinate, the Fisher metric the identity) until the first stage ends: the state then."""
     settings = controller.AdaptiveSettings(tolerance=TOLERANCE)
@@ -37,7 +37,7 @@ def _first_stage(window_sd, expandable, seed=0):
         initial_state=loop,
         select=lambda s, i, rho, repeats=1: s,
         distance=lambda p, d: float(np.sqrt(sum(np.sum(np.square(v)) for v in d.values()))),
-        max_repeats=64,
+        max_repeats=max_repeats,
         expandable=expandable,
     )
     rng = np.random.default_rng(seed)
@@ -70,6 +70,37 @@ def test_a_first_stage_that_asks_many_times_its_draws_runs_again_with_the_contro
     assert int(quiet.coupled) != controller.EXPANDED and 1 < int(quiet.repeats) < controller.EXPANSION_FACTOR
     plain, _ = _first_stage(0.5, expandable=False)
     assert int(plain.coupled) != controller.EXPANDED and int(plain.repeats) >= controller.EXPANSION_FACTOR
+
+
+def test_where_draws_are_cheap_the_first_stage_reruns_only_if_the_draws_cap_cannot_buy_its_ask():
+    """``EXPAND_WHERE_CAPPED`` (a model under ``fitting.EXPANSION_MIN_FLOPS`` a draw): a noisy
+    first stage (it asks 90 times its draws, over ``EXPANSION_FACTOR``) raises its draws where
+    the cap affords more than ``1 / EARLY_FACTOR`` of that (64 repeats), and reruns with the
+    control variate where the cap (4) affords less."""
+    affordable, _ = _first_stage(0.15, expandable=controller.EXPAND_WHERE_CAPPED)
+    assert int(affordable.coupled) != controller.EXPANDED and int(affordable.repeats) == 64
+    capped, _ = _first_stage(0.15, expandable=controller.EXPAND_WHERE_CAPPED, max_repeats=4)
+    assert int(capped.coupled) == controller.EXPANDED and int(capped.repeats) == 1
+    plain, _ = _first_stage(0.15, expandable=False, max_repeats=4)
+    assert int(plain.coupled) != controller.EXPANDED and int(plain.repeats) == 4
+
+
+@pytest.mark.parametrize(
+    ("asked", "room", "stage", "coupled", "expected"),
+    [
+        (40, 16, 0, -1, True),  # the cap affords 16 of 40: two floors and more at the cap
+        (20, 16, 0, -1, False),  # 20 < EARLY_FACTOR x 16: the stage at the cap costs under two floors
+        (40, 16, 1, -1, False),  # a later stage raises the draws the cap affords (GARCH, seed 2)
+        (40, 16, 0, 1, False),  # coupled locations take the Hessian as their control variate
+        (11, 2, 0, -1, True),  # under EXPANSION_FACTOR times its draws, but the cap affords 2
+        (10, 1, 0, -1, False),  # a rule whose draws are not raised (Adam), or none left to raise
+    ],
+)
+def test_the_capped_rule(monkeypatch, asked, room, stage, coupled, expected):
+    monkeypatch.setattr(controller, "_draws_factor", lambda *args: asked)
+    loop = _Loop({"x": np.zeros(2, np.float32)}, jax.random.key(0))
+    state = controller.init(loop, 1, 0.1)._replace(stage=np.int32(stage), coupled=np.int32(coupled))
+    assert controller._capped(state, 0.1, math.nan, None, room) is expected
 
 
 # Overdispersed counts (negative binomial, as NumPyro's GammaPoisson): the concentration c and
@@ -121,6 +152,18 @@ def test_a_model_whose_draws_are_cheap_raises_them_instead(uncoupled, monkeypatc
     raised = grepvi.fit(_gamma_poisson, _latents(), progress=False, log_space=True)
     assert raised.convergence.converged and raised.convergence.control_variate == ""
     assert raised.convergence.draws > rerun.convergence.draws  # measured: 2,112 draws a step against 704
+
+
+def test_a_model_whose_draws_are_cheap_reruns_where_the_draws_cap_binds(uncoupled, monkeypatch):
+    """Under ``EXPANSION_MIN_FLOPS`` a draw, the gamma-Poisson raises its draws
+    (:func:`test_a_model_whose_draws_are_cheap_raises_them_instead`); with a step's flops capped
+    (``MAX_STEP_FLOPS``: at most twice its first draws) its first stage asks 11 times its draws,
+    more than the cap affords, and reruns with the control variate instead, to a converged
+    answer (without the rerun: ``max_draws`` after 44,275 iterations)."""
+    monkeypatch.setattr(fitting, "EXPANSION_MIN_FLOPS", 10_000)
+    monkeypatch.setattr(fitting, "MAX_STEP_FLOPS", 1)
+    capped = grepvi.fit(_gamma_poisson, _latents(), progress=False, log_space=True)
+    assert capped.convergence.converged and capped.convergence.control_variate == "quadratic"
 
 
 def test_the_rerun_lands_on_the_optimum_the_plain_estimator_finds(uncoupled, monkeypatch):

@@ -113,7 +113,7 @@ class Plan(NamedTuple):
     base_draws: int = 1  # gradient estimates in one repeat
     num_elements: int = 0  # latent elements (0: unknown; no stage ends before its tolerance)
     couple: Callable | None = None  # couples the natural rule's locations (controller.update's couple)
-    expandable: bool = False  # a stage may run again with the quadratic control variate (controller)
+    expandable: bool | str = False  # a stage may run again with the quadratic control variate (controller)
     narrow: Callable | None = None  # the start with q narrowed (controller.update's narrow)
 
 

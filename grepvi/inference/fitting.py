@@ -232,6 +232,8 @@ EXPANSION_ELEMENTS = 8
 # 18.1 against 10.9, GARCH (26,000) in 31.3 against 24.1, six group means under a latent
 # ceiling (1,700) in 11.3 against 6.8 (fresh process). The forty-third session's gamma-Poisson
 # counts, for which the rerun was built, now take the coupled step (grepvi.optim.coupling).
+# Below it the rerun fires only where the draws cap cannot buy the draws a stage asks for
+# (controller._capped): the BG/NBD model, 168,000 flops a draw, 75 -> 14 s.
 EXPANSION_MIN_FLOPS = 300_000
 
 
@@ -462,6 +464,7 @@ def setup(
             check_target(target, initial_loop.params, data)
 
     elements = latent_elements(target.families)
+    cheap_draws = False
     try:
         if not fixed and batch_size is None and not parallel and (draws > 1 or most_repeats > 1):
             # the first draws by what one costs, before the step is traced: one trace of it
@@ -473,7 +476,7 @@ def setup(
                 most_repeats, step_fn, _, place, data, widened_step_fn, expanded_step_fn = built
             most_repeats = affordable_repeats(most_repeats, draws, DRAW_FLOPS_PER_MODEL_FLOP * flops)
             if flops < EXPANSION_MIN_FLOPS:  # more draws cost less than the control variate's program
-                expanded_step_fn = None
+                cheap_draws = True  # ... where the draws cap affords them
         profile = {}
         if batch_size is None and not parallel and elements <= SMALL_MODEL_ELEMENTS:
             # traced once here, replayed by the window: no second trace
@@ -511,11 +514,12 @@ def setup(
     plan, state, start = _default_plan(
         target, settings, candidates, initial_loop, length, names, place, max_steps, time_budget
     )
+    expansion = expanded_window is not None and (controller.EXPAND_WHERE_CAPPED if cheap_draws else True)
     plan = plan._replace(
         max_repeats=most_repeats,
         base_draws=draws,
         num_elements=elements if batch_size is None else 0,
-        expandable=expanded_window is not None,
+        expandable=expansion,
     )
     if batch_size is None and not parallel and any(c.linear for c in candidates):
         plan = plan._replace(couple=location_coupler(step_target, data, initial_loop.params))
