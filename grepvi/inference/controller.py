@@ -1800,7 +1800,7 @@ def _capped(state: ControllerState, rho: float, bias: float, settings, room: int
     Where the cap affords the draws, more of them cost less than the control variate's
     program (``grepvi.inference.fitting.EXPANSION_MIN_FLOPS``). Where it does not, the stage at
     the cap runs to its ``max_batches``: the BG/NBD customer-lifetime model (four gamma
-    factors, 168,000 flops a draw) asked 60 times its first stage's 5 draws at a cap of 16,
+    factors, 162,000 flops a draw) asked 60 times its first stage's 5 draws at a cap of 16,
     averaged 6,400 steps at 80 draws to 0.0053 sd, halved its step and averaged 6,400 more
     (15,100 steps, 75 s; NUTS 12 s); with the control variate its rerun's error for one
     estimate fell 3.2-fold and it converged after 3,800 steps (14 s). GARCH(1, 1), whose
