@@ -36,6 +36,7 @@ from grepvi.inference import controller, driver, fitting
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.inference.controller import AdaptiveSettings
 from grepvi.inference.state import initial_params
+from grepvi.inference.summary import tail_mean
 from grepvi.target import Target, bind_data, inputs_at_means
 
 __all__ = [
@@ -423,14 +424,9 @@ def best_final_elbo(elbo, fraction: float = 0.1) -> float:
     """Mean of the last ``fraction`` of an ELBO trace: the eta search's criterion.
 
     NaN entries (iterations where the ELBO was not evaluated) are dropped first; infinite values
-    inside the tail are ignored; ``-inf`` for an empty or entirely non-finite trace."""
-    elbo = np.asarray(elbo, np.float64)
-    elbo = elbo[~np.isnan(elbo)]
-    if elbo.size == 0:
-        return -np.inf
-    tail = elbo[-max(1, int(np.ceil(fraction * elbo.size))) :]
-    tail = tail[np.isfinite(tail)]
-    return float(np.mean(tail)) if tail.size else -np.inf
+    inside the tail are ignored; ``-inf`` for an empty or entirely non-finite trace
+    (:func:`grepvi.inference.summary.tail_mean`, which a fit's ``repr`` reads too)."""
+    return tail_mean(elbo, fraction)
 
 
 def _positive_int(value, name):

@@ -29,21 +29,27 @@ from grepvi.families import Beta, Dirichlet, Gamma, LogitNormal, LogNormal, Norm
 from grepvi.families.transformed import Affine
 from grepvi.inference.compilation_cache import once_compiler_options
 
-__all__ = ["describe", "posterior_table", "final_elbo"]
+__all__ = ["describe", "posterior_table", "final_elbo", "tail_mean"]
 
 QUANTILES = (0.05, 0.5, 0.95)
 
 
 def final_elbo(trace, fraction: float = 0.1) -> float:
     """The mean of the finite ELBO estimates over the last ``fraction`` of ``trace``'s evaluated
-    iterations (the paper's Table 1 criterion, as
-    :func:`grepvi.diagnostics.evaluation.best_final_elbo`, which sits in a layer above this
-    one); NaN where there are none."""
-    elbo = np.asarray(getattr(trace, "elbo", ()), np.float64).ravel()
+    iterations (the paper's Table 1 criterion: :func:`tail_mean`); NaN where there are none."""
+    return tail_mean(getattr(trace, "elbo", ()), fraction, empty=math.nan)
+
+
+def tail_mean(elbo, fraction: float = 0.1, empty: float = -math.inf) -> float:
+    """The mean of the last ``fraction`` of an ELBO trace: NaN entries (iterations where the
+    ELBO was not evaluated) dropped first, infinite values inside the tail ignored; ``empty``
+    for an empty or entirely non-finite trace. The paper's Table 1 criterion, and the eta
+    search's (:func:`grepvi.diagnostics.evaluation.best_final_elbo`)."""
+    elbo = np.asarray(elbo, np.float64).ravel()
     elbo = elbo[~np.isnan(elbo)]
     tail = elbo[-max(1, math.ceil(fraction * elbo.size)) :] if elbo.size else elbo
     tail = tail[np.isfinite(tail)]
-    return float(np.mean(tail)) if tail.size else math.nan
+    return float(np.mean(tail)) if tail.size else empty
 
 
 def _family_label(family) -> str:
