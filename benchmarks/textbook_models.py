@@ -401,6 +401,7 @@ def _all_models():
     from reviewer_models import REVIEWER_MODELS
     from ridge_models import RIDGE_MODELS
     from scale_models import SCALE_MODELS
+    from stranger_models import STRANGER_MODELS
     from support_models import SUPPORT_MODELS
     from tutorial_models import TUTORIAL_MODELS
     from unseen_models import UNSEEN_MODELS
@@ -430,6 +431,7 @@ def _all_models():
         **MOVING_MODELS,
         **REVIEWER_MODELS,
         **OUTSIDER_MODELS,
+        **STRANGER_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

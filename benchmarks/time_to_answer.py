@@ -433,6 +433,7 @@ MODEL_SETS = {
     "moving": ("moving_support_models", "MOVING_MODELS", "the five of moving_support_models.py"),
     "reviewer": ("reviewer_models", "REVIEWER_MODELS", "the ten of reviewer_models.py"),
     "outsider": ("outsider_models", "OUTSIDER_MODELS", "the ten of outsider_models.py"),
+    "stranger": ("stranger_models", "STRANGER_MODELS", "the ten of stranger_models.py"),
 }
 
 
