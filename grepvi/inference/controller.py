@@ -580,7 +580,8 @@ class ControllerState(NamedTuple):
     climbs: np.ndarray  # times a first stage's average restarted because its batch ELBOs rose
     # the natural rule's locations coupled (grepvi.optim.coupling): 1 yes, -1 tried and not, 0 untried;
     # EXPANDED (2): a stage ran again with the quadratic control variate instead (_expands);
-    # SLIDE_UNCOUPLED (-2): tried again where a stage slid at its draws cap, not coupled (sliding_uncoupled)
+    # SLIDE_UNCOUPLED (-2): tried again where a stage slid at its draws cap, not coupled (sliding_uncoupled);
+    # COUPLING_DEFERRED (-3): the first stage's error did not ask for it, the second stage's may (_error_rose)
     coupled: np.ndarray = np.asarray(0)
     # the natural rule took over from the trial's non-linear rule at its approach's end
     # (_handover_candidate): 1 yes, -1 it fell in its first stage and that rule resumed, 0 not
@@ -1001,7 +1002,7 @@ def sliding_uncoupled(state: ControllerState, accuracy: float, distance, toleran
     was 1.16 times the first stage's, the coupling was dropped, and the third stage, at 64
     times the draws, slid (``a``'s log-mean 1.155 -> 1.207, ``g``'s -0.263 -> -0.310 over
     4,700 steps, its error stuck at 0.013-0.015 sd against 0.005) to the draws cap."""
-    if int(state.coupled) != -1 or int(state.stage) < 1 or room >= 2:
+    if int(state.coupled) not in (-1, COUPLING_DEFERRED) or int(state.stage) < 1 or room >= 2:
         return False
     if not math.isfinite(accuracy) or accuracy <= SETTLE_MIN_ERROR * tolerance:
         return False
@@ -1534,7 +1535,9 @@ def _stage_update(
             if not helped:
                 state = state._replace(coupled=_i(-1))
                 loop_state = couple.uncouple(loop_state)
-        coupled_loop = _coupled_next(state, loop_state._replace(params=params), couple, rho, settings, room)
+        coupled_loop = _coupled_next(
+            state, loop_state._replace(params=params), couple, rho, settings, room, error
+        )
         if coupled_loop is not None and int(state.coupled) != 1:
             # The first stage drifted along a coupled direction: it runs again from its average
             # with the locations coupled, at its step and draws (its average, not settled,
@@ -1545,7 +1548,10 @@ def _stage_update(
             return _run_again(state, select(coupled_loop, int(state.candidate), rho, repeats), 1)
         if coupled_loop is not None:
             loop_state = coupled_loop
-        elif int(state.coupled) == 0:
+        elif int(state.coupled) == 0:  # tried, or deferred to the second stage (_error_rose)
+            asked = _coupling_asked(state, rho, settings, room)
+            state = state._replace(coupled=_i(-1 if asked else COUPLING_DEFERRED))
+        elif int(state.coupled) == COUPLING_DEFERRED:  # the second stage's end: tried or not, settled
             state = state._replace(coupled=_i(-1))
     if settings.coarsest_tolerance is not None and not math.isfinite(float(state.tolerance)):
         # the first stage average's noise sizes the run's tolerance (and the next stage's
@@ -1685,30 +1691,65 @@ def _prepare_coupling(state: ControllerState, loop_state, couple, rho: float, se
     3.13-3.21 -> 3.69-4.29, the negative binomial 3.53-3.77 -> 4.21-4.75; fresh processes):
     its tracing holds the interpreter, its compilation a core."""
     prepare = getattr(couple, "prepare_soon", None)
-    if prepare is None or int(state.stage) != 0 or int(state.coupled) != 0 or int(state.batches) < 2:
+    first = int(state.stage) == 0 and int(state.coupled) == 0
+    second = int(state.stage) == 1 and int(state.coupled) == COUPLING_DEFERRED
+    if prepare is None or not (first or second) or int(state.batches) < 2:
         return
     if couple.preparing():  # begun already: no distance to compute per batch
         return
     probe = state._replace(accuracy=_f(distance(state.mean, _standard_error(state))))
-    if _draws_factor(probe, rho, math.nan, settings, max(room, COUPLING_FACTOR)) >= COUPLING_FACTOR:
+    if first and _coupling_asked(probe, rho, settings, room):
         prepare(loop_state.params)
+    if second:
+        averaged = int(probe.batches) * _batch_windows_needed(rho, settings.window) * settings.window
+        if _error_rose(probe, float(probe.accuracy) * math.sqrt(averaged * int(probe.repeats))):
+            prepare(loop_state.params)
 
 
-def _coupled_next(state: ControllerState, loop_state, couple, rho: float, settings, room: int):
+def _coupling_asked(state: ControllerState, rho: float, settings, room: int) -> bool:
+    """Whether a first stage's MCSE asks at least ``COUPLING_FACTOR`` times its draws."""
+    return _draws_factor(state, rho, math.nan, settings, max(room, COUPLING_FACTOR)) >= COUPLING_FACTOR
+
+
+def _coupled_next(
+    state: ControllerState, loop_state, couple, rho: float, settings, room: int, error: float = math.nan
+):
     """The next loop state with the natural rule's locations coupled at its parameters
     (:mod:`grepvi.optim.coupling`), or None. Tried once, at the end of a first stage whose
     MCSE asks at least ``COUPLING_FACTOR`` times its draws (the sign of a drift along a
     direction the mean-field step crosses slowly: a softmax regression's first stage asked 14
-    times them, and at 14 times its error fell 1.5-fold, not 3.7-fold); once coupled, the
-    matrix is recomputed at every stage's average. Models whose first stage's error the draws
-    can fix pay nothing: the Hessian's program is compiled only when tried."""
+    times them, and at 14 times its error fell 1.5-fold, not 3.7-fold), else at the end of the
+    second stage where its error for one estimate (``error``) rose over the first's
+    (:func:`_error_rose`); once coupled, the matrix is recomputed at every stage's average.
+    Models whose first stages' errors the draws can fix pay nothing: the Hessian's program is
+    compiled only when tried."""
     if int(state.coupled) == 1:
+        return couple(loop_state)
+    if int(state.coupled) == COUPLING_DEFERRED and _error_rose(state, error):
         return couple(loop_state)
     if int(state.coupled) != 0 or int(state.stage) != 0:
         return None
-    if _draws_factor(state, rho, math.nan, settings, max(room, COUPLING_FACTOR)) < COUPLING_FACTOR:
+    if not _coupling_asked(state, rho, settings, room):
         return None
     return couple(loop_state)
+
+
+COUPLING_DEFERRED = -3  # ControllerState.coupled: the first stage did not ask; the second may (_error_rose)
+NOT_COUPLED = (0, -1, SLIDE_UNCOUPLED, COUPLING_DEFERRED)  # ControllerState.coupled: locations not coupled
+ERROR_RISE = 1.5  # a second stage's error for one estimate this many times the first's tries the coupling
+
+
+def _error_rose(state: ControllerState, error: float) -> bool:
+    """Whether the second stage's Monte Carlo error for one gradient estimate (``error``, ``e
+    sqrt(N)``) is at least ``ERROR_RISE`` times the first stage's: more draws per step did not
+    buy the error they should (``e sqrt(N)`` is constant where the error is the gradient's
+    noise), the mark of a drift along a direction the mean-field step crosses slowly, which
+    the first stage's error did not show (it asked under ``COUPLING_FACTOR`` times its draws).
+    """
+    if int(state.stage) != 1 or not bool(state.has_previous):
+        return False
+    before = float(state.previous_accuracy) * math.sqrt(max(int(state.previous_estimates), 0))
+    return math.isfinite(error) and before > 0.0 and error >= ERROR_RISE * before
 
 
 COUPLING_GAIN = 1.0  # the rerun's error for one estimate at most 1 / this of the first stage's
@@ -1780,7 +1821,7 @@ def _expands(state: ControllerState, repeats: int) -> bool:
     at most 4 elements the fits took 204.3 s against 204.6 in all, 15 of them more than 10%
     slower (its program compiles a second or more longer), 6 faster (``docs/performance.md``,
     forty-third session). Only the models it pays on compile it."""
-    return int(state.coupled) in (0, -1, SLIDE_UNCOUPLED) and repeats >= EXPANSION_FACTOR
+    return int(state.coupled) in NOT_COUPLED and repeats >= EXPANSION_FACTOR
 
 
 EXPAND_WHERE_CAPPED = "capped"  # update's expandable: only where the draws cap binds (_capped)
@@ -1807,7 +1848,7 @@ def _capped(state: ControllerState, rho: float, bias: float, settings, room: int
     first stage asks 6-29 times its draws at a cap of 16 (seeds 0-3), keeps its draws (with the control
     variate it took 28 s against 16; at seed 2 its second stage asked 9 times its draws at a cap of
     2, and rerun with the control variate there it took 85 s against 51)."""
-    if int(state.stage) != 0 or room < 2 or int(state.coupled) not in (0, -1, SLIDE_UNCOUPLED):
+    if int(state.stage) != 0 or room < 2 or int(state.coupled) not in NOT_COUPLED:
         return False
     return _draws_factor(state, rho, bias, settings, 2**30) >= EARLY_FACTOR * room
 
