@@ -1858,7 +1858,7 @@ def _capped(state: ControllerState, rho: float, bias: float, settings, room: int
     (``benchmarks/stranger_models.py``'s ``sar_spatial``: a 100 x 100 ``slogdet`` a draw, draws
     capped at 3 times the first) halved its step four times, 70,550 iterations (72.5 s, NUTS
     14.0); rerun with the control variate, 12,750 (18.3 s). None of the 222 census models at
-    seed 0 changed."""
+    seeds 0 and 1 changed."""
     if int(state.stage) != 0 or room < 2 or int(state.coupled) not in NOT_COUPLED:
         return False
     return _draws_factor(state, rho, bias, settings, 2**30) >= EARLY_FACTOR * room
