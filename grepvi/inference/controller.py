@@ -1474,7 +1474,7 @@ def _stage_update(
     accuracy = distance(state.mean, _standard_error(state))
     state = state._replace(accuracy=_f(accuracy))
     accurate = accuracy <= _tolerance(settings, state)
-    averaged = int(state.batches) * _batch_windows_needed(rho, settings.window) * settings.window
+    averaged = _averaged_steps(state, rho, settings)
     can_couple = couple is not None and linear
     if can_couple and sliding_uncoupled(state, accuracy, distance, _tolerance(settings, state), room):
         coupled_loop = couple(loop_state)
@@ -1702,10 +1702,14 @@ def _prepare_coupling(state: ControllerState, loop_state, couple, rho: float, se
     probe = state._replace(accuracy=_f(distance(state.mean, _standard_error(state))))
     if first and _coupling_asked(probe, rho, settings, room):
         prepare(loop_state.params)
-    if second:
-        averaged = int(probe.batches) * _batch_windows_needed(rho, settings.window) * settings.window
-        if _error_rose(probe, float(probe.accuracy) * math.sqrt(averaged * int(probe.repeats))):
-            prepare(loop_state.params)
+    estimates = _averaged_steps(probe, rho, settings) * int(probe.repeats)
+    if second and _error_rose(probe, float(probe.accuracy) * math.sqrt(estimates)):
+        prepare(loop_state.params)
+
+
+def _averaged_steps(state: ControllerState, rho: float, settings) -> int:
+    """The steps in the stage's average so far: its batches of ``10 / rho`` steps (whole windows)."""
+    return int(state.batches) * _batch_windows_needed(rho, settings.window) * settings.window
 
 
 def _coupling_asked(state: ControllerState, rho: float, settings, room: int) -> bool:
