@@ -38,6 +38,7 @@ from grepvi.inference.compilation_cache import (
 from grepvi.inference.controller import AdaptiveSettings, Convergence
 from grepvi.inference.cost import SPECIAL_FUNCTIONS, jaxpr_elements, jaxpr_flops
 from grepvi.inference.paused_collection import paused_collection
+from grepvi.inference.small_products import elementwise_small_products
 from grepvi.inference.state import (
     StepInfo,
     Trace,
@@ -173,8 +174,8 @@ def replayed_target(target: Target) -> Target:
     models is within the machine's noise (pumps 4.38 -> 4.17 s)."""
     local = target.local_logdensity_fn
     return target._replace(
-        logdensity_fn=jax.jit(target.logdensity_fn),
-        local_logdensity_fn=None if local is None else jax.jit(local),
+        logdensity_fn=jax.jit(elementwise_small_products(target.logdensity_fn)),
+        local_logdensity_fn=None if local is None else jax.jit(elementwise_small_products(local)),
     )
 
 
