@@ -49,7 +49,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from grepvi.inference.cost import sub_jaxprs
-from grepvi.inference.jaxpr_rewrite import traced_flat, transformed_param
+from grepvi.inference.jaxpr_rewrite import evaluator_with, traced_flat
 
 __all__ = ["cpu_rewritten", "multiply_and_sum", "rewrites", "sequential_cumulative"]
 
@@ -149,37 +149,14 @@ def sequential_cumulative(x, combine: Callable, identity: float, *, axis: int, r
 
 def _replaced(eqn, inputs):
     if _is_small_product(eqn):
-        return multiply_and_sum(*inputs, **eqn.params)
-    combine, identity = _CUMULATIVE[eqn.primitive]
-    return sequential_cumulative(inputs[0], combine, identity, **eqn.params)
+        return [multiply_and_sum(*inputs, **eqn.params)]
+    if _is_cumulative(eqn):
+        combine, identity = _CUMULATIVE[eqn.primitive]
+        return [sequential_cumulative(inputs[0], combine, identity, **eqn.params)]
+    return None
 
 
-def _evaluate(jaxpr, consts, *args):
-    env = {}
-
-    def read(var):
-        return var.val if isinstance(var, jex_core.Literal) else env[var]
-
-    for var, value in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        inputs = [read(var) for var in eqn.invars]
-        if _rewritten(eqn):
-            outputs = [_replaced(eqn, inputs)]
-        else:
-            params = {
-                key: transformed_param(value, _evaluate, wanted=rewrites) for key, value in eqn.params.items()
-            }
-            with eqn.ctx.manager:
-                outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
-            if not eqn.primitive.multiple_results:
-                outputs = [outputs]
-        for var, value in zip(eqn.outvars, outputs, strict=True):
-            if not isinstance(var, jex_core.DropVar):
-                env[var] = value
-    return [read(var) for var in jaxpr.outvars]
+_evaluate = evaluator_with(_replaced, wanted=rewrites)
 
 
 def cpu_rewritten(function: Callable) -> Callable:

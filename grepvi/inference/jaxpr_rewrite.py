@@ -1,10 +1,11 @@
 """An equation's sub-jaxprs traced again through an evaluator of jaxprs.
 
-:mod:`grepvi.inference.zero_products` and :mod:`grepvi.inference.special_batches` each run a
-jaxpr again equation by equation, with a rule of their own; an equation that holds jaxprs (a
-``jit``'s, a ``scan``'s or ``while``'s body, a ``cond``'s branches, a ``checkpoint``'s open
-jaxpr) is bound with those jaxprs traced through the same evaluator, so the rule applies
-inside them too.
+:mod:`grepvi.inference.zero_products`, :mod:`grepvi.inference.cpu_rewrites` and
+:mod:`grepvi.inference.special_batches` each run a jaxpr again equation by equation, with a
+rule of their own; an equation that holds jaxprs (a ``jit``'s, a ``scan``'s or ``while``'s
+body, a ``cond``'s branches, a ``checkpoint``'s open jaxpr) is bound with those jaxprs traced
+through the same evaluator, so the rule applies inside them too. :func:`evaluator_with` builds
+such an evaluator from a rule that replaces single equations.
 """
 
 import functools
@@ -13,7 +14,7 @@ from collections.abc import Callable
 import jax
 from jax.extend import core as jex_core
 
-__all__ = ["transformed_param", "transformed_closed", "traced_flat"]
+__all__ = ["evaluator_with", "transformed_param", "transformed_closed", "traced_flat"]
 
 
 def transformed_closed(closed, evaluate: Callable):
@@ -44,3 +45,36 @@ def traced_flat(function: Callable, args: tuple):
     unflattened = lambda *leaves: function(*in_tree.unflatten(leaves))  # noqa: E731
     closed, out_shape = jax.make_jaxpr(unflattened, return_shape=True)(*flat)
     return closed, flat, jax.tree_util.tree_structure(out_shape)
+
+
+def evaluator_with(replace: Callable, wanted: Callable | None = None) -> Callable:
+    """An evaluator ``(jaxpr, consts, *args) -> outputs`` that binds each equation of the jaxpr
+    into the caller's trace, but where ``replace(eqn, inputs)`` returns the equation's outputs
+    (a list) instead of ``None``; sub-jaxprs for which ``wanted`` is true (all, where ``None``)
+    are traced again through the same evaluator (:func:`transformed_param`)."""
+
+    def evaluate(jaxpr, consts, *args):
+        env = {}
+
+        def read(var):
+            return var.val if isinstance(var, jex_core.Literal) else env[var]
+
+        for var, value in zip(jaxpr.constvars, consts, strict=True):
+            env[var] = value
+        for var, value in zip(jaxpr.invars, args, strict=True):
+            env[var] = value
+        for eqn in jaxpr.eqns:
+            inputs = [read(var) for var in eqn.invars]
+            outputs = replace(eqn, inputs)
+            if outputs is None:
+                params = {k: transformed_param(v, evaluate, wanted) for k, v in eqn.params.items()}
+                with eqn.ctx.manager:
+                    outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
+                if not eqn.primitive.multiple_results:
+                    outputs = [outputs]
+            for var, value in zip(eqn.outvars, outputs, strict=True):
+                if not isinstance(var, jex_core.DropVar):
+                    env[var] = value
+        return [read(var) for var in jaxpr.outvars]
+
+    return evaluate

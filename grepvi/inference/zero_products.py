@@ -24,9 +24,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend import core as jex_core
 
-from grepvi.inference.jaxpr_rewrite import traced_flat, transformed_param
+from grepvi.inference.jaxpr_rewrite import evaluator_with, traced_flat
 
 __all__ = ["zero_absorbing"]
 
@@ -53,31 +52,12 @@ def _div(a, b):
 _RULES = {lax.mul_p: _mul, lax.div_p: _div}
 
 
-def _evaluate(jaxpr, consts, *args):
-    env = {}
+def _replaced(eqn, inputs):
+    rule = _RULES.get(eqn.primitive)
+    return None if rule is None else [rule(*inputs)]
 
-    def read(var):
-        return var.val if isinstance(var, jex_core.Literal) else env[var]
 
-    for var, value in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        inputs = [read(var) for var in eqn.invars]
-        rule = _RULES.get(eqn.primitive)
-        if rule is not None:
-            outputs = [rule(*inputs)]
-        else:
-            params = {key: transformed_param(value, _evaluate) for key, value in eqn.params.items()}
-            with eqn.ctx.manager:
-                outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(params))
-            if not eqn.primitive.multiple_results:
-                outputs = [outputs]
-        for var, value in zip(eqn.outvars, outputs, strict=True):
-            if not isinstance(var, jex_core.DropVar):
-                env[var] = value
-    return [read(var) for var in jaxpr.outvars]
+_evaluate = evaluator_with(_replaced)
 
 
 def zero_absorbing(function: Callable) -> Callable:
