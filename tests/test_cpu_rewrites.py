@@ -61,15 +61,14 @@ def _kalman_logdensity(z, y):
     noise = jnp.diag(jnp.exp(2.0 * z["log_scales"][1:]))
     obs_var = jnp.exp(2.0 * z["log_scales"][0])
 
-    def step(carry, y_t):
+    def step(carry, y_t):  # predict from the last update, then update on y_t
         mean, cov = carry
-        innovation = y_t - mean[0]
-        innovation_var = cov[0, 0] + obs_var
-        gain = cov[:, 0] / innovation_var
-        log_lik = -0.5 * (jnp.log(2.0 * jnp.pi * innovation_var) + innovation**2 / innovation_var)
-        mean = transition @ (mean + gain * innovation)
-        cov = transition @ (cov - jnp.outer(gain, gain) * innovation_var) @ transition.T + noise
-        return (mean, cov), log_lik
+        mean, cov = transition @ mean, transition @ cov @ transition.T + noise
+        s = cov[0, 0] + obs_var  # the one-step prediction's variance
+        residual = y_t - mean[0]
+        k = cov[:, 0] / s
+        updated = (mean + k * residual, cov - s * jnp.outer(k, k))
+        return updated, -0.5 * (jnp.log(2.0 * jnp.pi * s) + residual**2 / s)
 
     _, log_liks = lax.scan(step, (jnp.stack([y[0], 0.0]), jnp.diag(jnp.array([4.0, 1.0]))), y)
     return jnp.sum(log_liks) - 0.5 * jnp.sum(z["log_scales"] ** 2)
