@@ -27,6 +27,7 @@ draws: 1.99 / 0.31 against 0.31 / 0.07; 1,000 elements, 64 draws: 3.02 / 2.78 ag
 / 0.67; 10,000, 64 draws: 6.16 / 18.9 against 0.87 / 5.9; ``cumprod`` and ``cummax`` of
 1,000 at 64 draws: 1.43 / 0.64 against 0.32 / 0.58, 1.77 / 1.00 against 0.33 / 0.41.
 
+``python benchmarks/cpu_rewrites.py`` measures both kinds against the primitives in one process.
 Whole default fits (``docs/performance.md``, seventy-third session): a local-linear-trend
 Kalman filter of 120 points 12.4 -> 7.6 s (the same 3,675 iterations); a Cox partial
 likelihood of 250 subjects (a reverse ``cumlogsumexp`` over the risk sets) 14.6 -> 4.3 s (the
