@@ -94,6 +94,12 @@ def _program(name):
         target = target._replace(families=estimator.adapt_families(target.families))
         prepared = fitting.setup(target, estimator, data=data)  # the default procedure's one window
         window = prepared.window
+        # setup compiles the window in the background with the step's own options: let it end,
+        # or the compilation timed here shares the cores with it (seventy-third session: a
+        # data-bound window's timing under other options was doubled that way)
+        while window.compiling():
+            time.sleep(0.05)
+        jax.clear_caches()  # and its program is not the one timed
         return window.jitted, (prepared.initial.loop, data, np.int32(window.length)), window.length
     if name == "def":
         from grepvi.models import sparse_gamma_def

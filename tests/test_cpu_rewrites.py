@@ -19,18 +19,23 @@ from grepvi.inference.cpu_rewrites import (
 from grepvi.inference.state import make_target
 
 
-def _dot_generals(jaxpr) -> list:
-    """Every ``dot_general`` equation's operand shapes, sub-jaxprs included."""
+def _equations(jaxpr):
+    """Every equation of ``jaxpr``, its sub-jaxprs' included."""
     from grepvi.inference.cost import sub_jaxprs
 
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is lax.dot_general_p:
-            found.append(tuple(var.aval.shape for var in eqn.invars))
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        yield eqn
         for sub in sub_jaxprs(eqn):
-            found.extend(_dot_generals(sub))
-    return found
+            yield from _equations(sub)
+
+
+def _dot_generals(jaxpr) -> list:
+    """Every ``dot_general`` equation's operand shapes, sub-jaxprs included."""
+    return [
+        tuple(var.aval.shape for var in eqn.invars)
+        for eqn in _equations(jaxpr)
+        if eqn.primitive is lax.dot_general_p
+    ]
 
 
 @pytest.mark.parametrize(
@@ -154,15 +159,7 @@ def _cox_logdensity(z, data):
 
 
 def _primitives(jaxpr) -> set:
-    from grepvi.inference.cost import sub_jaxprs
-
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    found = set()
-    for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
-        for sub in sub_jaxprs(eqn):
-            found |= _primitives(sub)
-    return found
+    return {eqn.primitive.name for eqn in _equations(jaxpr)}
 
 
 def test_a_risk_sets_cumulative_reduction_is_rewritten_value_and_gradient_kept():
