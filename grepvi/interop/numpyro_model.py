@@ -65,6 +65,7 @@ from grepvi.families.base import Family
 from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.inference.paused_collection import paused_collection
+from grepvi.interop.enumeration import ENUMERATED_FACTOR, discrete_sites, marginalized
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
 
@@ -161,6 +162,8 @@ class NumPyroModel(NamedTuple):
     centred: dict = {}
     whitened: tuple = ()  # the centred sites that are multivariate normal (whitened by hand)
     moving: tuple = ()  # latent sites whose support moves with other latents (fitted as u)
+    # discrete latent sites summed out by enumeration (grepvi.interop.enumeration), not fitted
+    enumerated: tuple = ()
 
     def deterministic(self, result, num_draws: int = 1000, seed: int = 0) -> dict:
         """Draws of the model's ``numpyro.deterministic`` sites under the fitted ``q``: the model
@@ -1003,7 +1006,18 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     numpyro, handlers = numpyro_modules()
     data, rebuild = split_arguments(args, kwargs)
     families = dict(families or {})
-    subsampled, early_sites = _subsampled_plates(model, args, kwargs, data)
+    user_trace = _user_trace(model, args, kwargs)
+    subsampled, early_sites = _subsampled_plates(user_trace, data)
+    enumerated = tuple(discrete_sites(user_trace))
+    if enumerated:  # summed out as NumPyro's NUTS does (grepvi.interop.enumeration)
+        _check_enumerated(enumerated, subsampled, families)
+        model = marginalized(model, user_trace, list(enumerated))
+        _, early_sites = _subsampled_plates(_user_trace(model, args, kwargs), data)
+        if early_sites == {ENUMERATED_FACTOR}:
+            raise ModelError(
+                f"site {enumerated[0]!r}: every latent site is discrete and summed out by enumeration, so "
+                "the model has no continuous latent site left to fit (its evidence is the marginal itself)"
+            )
     if subsampled:  # the plates' indices become data (all rows here; a batch per minibatch step)
         model, data, rebuild = _indexed_model(model, data, rebuild, subsampled)
 
@@ -1191,7 +1205,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         for name, family in chosen.items()
     }
     chosen = _better_starts(medians, chosen, joint, data, only_off_nonfinite=True)
-    if any(_is_mixture(site["fn"]) for site in first.values()):
+    if enumerated or any(_is_mixture(site["fn"]) for site in first.values()):
         chosen = _searched_ordered_starts(chosen, joint, data, protected=set(families))
 
     return NumPyroModel(
@@ -1206,6 +1220,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         centred=(centred := centred_sites(first, joint.dependencies)),
         whitened=tuple(name for name in centred if _base_type(first[name]) in WHITENED_DISTRIBUTIONS),
         moving=tuple(sorted(moving)),
+        enumerated=enumerated,
     )
 
 
@@ -1672,11 +1687,28 @@ def _check_observed(name, site, log_prob) -> None:
     )
 
 
-def _subsampled_plates(model, args, kwargs, data) -> tuple[dict, set]:
-    """The model's plates with ``subsample_size < size`` (:class:`SubsampledPlate`), from one
-    trace of the model as the user wrote it (NumPyro draws the rows), and the names of that
-    trace's sample sites. The trace is abstract (``jax.eval_shape``: nothing compiles; its
-    plates' sizes and the sites' names are static), eager where the model cannot be traced."""
+def _check_enumerated(enumerated, subsampled, families) -> None:
+    """ModelError where discrete latent sites cannot be summed out as the model asks: a family
+    given for one, or a subsampled plate (the marginal is of every row)."""
+    for name in enumerated:
+        if name in families:
+            raise ModelError(
+                f"families[{name!r}]: site {name!r} is a discrete latent site, summed out by enumeration "
+                "(it has no variational family); give families for continuous latent sites only"
+            )
+    if subsampled:
+        plate = sorted(subsampled)[0]
+        raise ModelError(
+            f"site {enumerated[0]!r}: a discrete latent site is summed out over every row, and plate "
+            f"{plate!r} subsamples its rows; drop subsample_size (grepvi chooses minibatches itself where "
+            "the data are large), or marginalize the discrete site by hand"
+        )
+
+
+def _user_trace(model, args, kwargs):
+    """One trace of the model as the user wrote it (NumPyro draws a subsampled plate's rows).
+    The trace is abstract (``jax.eval_shape``: nothing compiles; its plates' sizes, the sites'
+    names and distributions' types are static), eager where the model cannot be traced."""
     _, handlers = numpyro_modules()
 
     def user_trace():
@@ -1693,9 +1725,14 @@ def _subsampled_plates(model, args, kwargs, data) -> tuple[dict, set]:
 
         try:
             jax.eval_shape(capture)
-            trace = captured["trace"]
+            return captured["trace"]
         except Exception:  # noqa: BLE001 - a model that cannot be traced abstractly
-            trace = user_trace()
+            return user_trace()
+
+
+def _subsampled_plates(trace, data) -> tuple[dict, set]:
+    """The plates of ``trace`` (:func:`_user_trace`) with ``subsample_size < size``
+    (:class:`SubsampledPlate`), and the names of its sample sites."""
     out = {}
     for name, site in trace.items():
         if site["type"] != "plate":

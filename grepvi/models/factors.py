@@ -329,7 +329,8 @@ def log_joint(
         big = [
             np.shape(c)
             for c in closed.consts
-            if np.size(c) * np.dtype(np.result_type(c)).itemsize > MAX_CONSTANT_BYTES
+            if np.size(c) * np.dtype(getattr(c, "dtype", None) or np.result_type(c)).itemsize
+            > MAX_CONSTANT_BYTES
         ]
         if big:
             raise ModelError(

@@ -1,0 +1,205 @@
+"""Discrete latent sites summed out by enumeration (grepvi.interop.enumeration).
+
+The marginal log density is checked against the same model marginalized by hand (exact, at
+random latents), and a default fit of a mixture written with ``z ~ Categorical(w)`` against
+the default fit of the same mixture written with ``MixtureSameFamily``: one target, so one
+answer up to the fits' Monte Carlo error.
+"""
+
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+numpyro = pytest.importorskip("numpyro")
+pytest.importorskip("funsor")
+import numpyro.distributions as dist  # noqa: E402
+from jax.scipy.special import logsumexp  # noqa: E402
+
+from grepvi.errors import ModelError  # noqa: E402
+from grepvi.interop.enumeration import ENUMERATED_FACTOR, max_plate_nesting  # noqa: E402
+from grepvi.interop.numpyro_model import from_numpyro  # noqa: E402
+
+RNG = np.random.default_rng(20261207)
+X = jnp.asarray(np.concatenate([RNG.normal(-3, 0.7, 60), RNG.normal(0.5, 0.7, 50), RNG.normal(3, 0.7, 40)]))
+LOCS = jnp.array([-2.0, 0.0, 2.0])
+
+
+def mixture_with_assignments(x):
+    w = numpyro.sample("w", dist.Dirichlet(jnp.ones(3)))
+    mu = numpyro.sample("mu", dist.Normal(LOCS, 2.0).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("data", x.shape[0]):
+        z = numpyro.sample("z", dist.Categorical(w))
+        numpyro.sample("x", dist.Normal(mu[z], sigma), obs=x)
+
+
+def mixture_by_hand(x):
+    w = numpyro.sample("w", dist.Dirichlet(jnp.ones(3)))
+    mu = numpyro.sample("mu", dist.Normal(LOCS, 2.0).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("x", dist.MixtureSameFamily(dist.Categorical(w), dist.Normal(mu, sigma)), obs=x)
+
+
+COUNTS = jnp.asarray(np.concatenate([RNG.poisson(3.0, 25), RNG.poisson(1.0, 15)]), jnp.float32)
+
+
+def change_point(counts):
+    T = counts.shape[0]
+    tau = numpyro.sample("tau", dist.Categorical(jnp.ones(T) / T))
+    early = numpyro.sample("early", dist.Exponential(1.0))
+    late = numpyro.sample("late", dist.Exponential(1.0))
+    rate = jnp.where(jnp.arange(T) < tau, early, late)
+    with numpyro.plate("t", T):
+        numpyro.sample("counts", dist.Poisson(rate), obs=counts)
+
+
+def change_point_by_hand(latents, counts):
+    T = counts.shape[0]
+    rates = jnp.where(jnp.arange(T)[None, :] < jnp.arange(T)[:, None], latents["early"], latents["late"])
+    per_tau = jnp.sum(dist.Poisson(rates).log_prob(counts), axis=1) - jnp.log(T)
+    prior = dist.Exponential(1.0).log_prob(latents["early"]) + dist.Exponential(1.0).log_prob(latents["late"])
+    return logsumexp(per_tau) + prior
+
+
+Y = jnp.array([2.1, 3.4, 2.7, 3.9, 2.2])
+
+
+def switch_on_the_prior(y):
+    """A continuous latent whose own density reads the discrete one."""
+    on = numpyro.sample("on", dist.Bernoulli(0.3))
+    theta = numpyro.sample("theta", dist.Normal(3.0 * on, 1.0))
+    with numpyro.plate("n", y.shape[0]):
+        numpyro.sample("y", dist.Normal(theta, 1.0), obs=y)
+
+
+def switch_by_hand(latents, y):
+    theta = latents["theta"]
+    joint = jnp.stack(
+        [
+            jnp.log(0.7) + dist.Normal(0.0, 1.0).log_prob(theta),
+            jnp.log(0.3) + dist.Normal(3.0, 1.0).log_prob(theta),
+        ]
+    )
+    return logsumexp(joint) + jnp.sum(dist.Normal(theta, 1.0).log_prob(y))
+
+
+def _latents(model, *args, seed=0):
+    """Prior draws of the model's continuous latents (the marginal's arguments)."""
+    trace = numpyro.handlers.trace(numpyro.handlers.seed(model, seed)).get_trace(*args)
+    return {
+        name: site["value"]
+        for name, site in trace.items()
+        if site["type"] == "sample" and not site["is_observed"] and not site["fn"].support.is_discrete
+    }
+
+
+def test_a_mixtures_assignments_summed_out_give_the_mixture_density():
+    enumerated, by_hand = from_numpyro(mixture_with_assignments, X), from_numpyro(mixture_by_hand, X)
+    assert enumerated.enumerated == ("z",) and "z" not in enumerated.families
+    assert set(enumerated.families) == {"w", "mu", "sigma"}
+    assert ENUMERATED_FACTOR in enumerated.sites and enumerated.sites[ENUMERATED_FACTOR].observed
+    for seed in range(5):
+        latents = _latents(mixture_by_hand, X, seed=seed)
+        value = enumerated.logdensity_fn(latents, enumerated.data)
+        expected = by_hand.logdensity_fn(latents, by_hand.data)
+        np.testing.assert_allclose(value, expected, rtol=2e-6, atol=1e-4)
+        gradient = jax.grad(enumerated.logdensity_fn)(latents, enumerated.data)
+        expected_gradient = jax.grad(by_hand.logdensity_fn)(latents, by_hand.data)
+        for name in latents:
+            # the simplex's: along its tangent (Categorical(w) reads log w, the mixture its
+            # normalized log w: they differ by a constant vector, the same on the simplex)
+            tangent = (lambda g: g - jnp.mean(g)) if name == "w" else (lambda g: g)
+            np.testing.assert_allclose(
+                tangent(gradient[name]), tangent(expected_gradient[name]), rtol=1e-4, atol=1e-3
+            )
+
+
+def test_a_change_point_summed_over_its_positions():
+    adapted = from_numpyro(change_point, COUNTS)
+    assert adapted.enumerated == ("tau",)
+    for seed in range(5):
+        latents = _latents(change_point, COUNTS, seed=seed)
+        value = adapted.logdensity_fn(latents, adapted.data)
+        np.testing.assert_allclose(value, change_point_by_hand(latents, COUNTS), rtol=2e-6, atol=1e-4)
+
+
+def test_a_continuous_latent_whose_prior_reads_the_discrete_one():
+    adapted = from_numpyro(switch_on_the_prior, Y)
+    for theta in (-1.0, 0.5, 2.0, 4.5):
+        latents = {"theta": jnp.asarray(theta)}
+        np.testing.assert_allclose(
+            adapted.logdensity_fn(latents, adapted.data), switch_by_hand(latents, Y), rtol=1e-6, atol=1e-5
+        )
+
+
+def test_the_default_fit_of_a_mixture_with_assignments_is_the_mixtures():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        enumerated = from_numpyro(mixture_with_assignments, X).fit(progress=False)
+        by_hand = from_numpyro(mixture_by_hand, X).fit(progress=False)
+    assert enumerated.converged and by_hand.converged
+    for name in ("w", "mu", "sigma"):
+        mean, sd = np.asarray(by_hand.posterior[name].mean()), np.asarray(by_hand.posterior[name].std())
+        other = np.asarray(enumerated.posterior[name].mean())
+        # two converged fits of one target: each within ~0.005 sd of the optimum
+        assert np.max(np.abs(other - mean) / sd) < 0.05, name
+    # the clusters, not two components on one of them
+    mu = np.sort(np.asarray(enumerated.posterior["mu"].mean()))
+    np.testing.assert_allclose(mu, [-3.0, 0.5, 3.0], atol=0.35)
+
+
+def test_max_plate_nesting_reads_the_deepest_plate():
+    trace = numpyro.handlers.trace(numpyro.handlers.seed(mixture_with_assignments, 0)).get_trace(X)
+    assert max_plate_nesting(trace) == 1
+
+    def nested():
+        with numpyro.plate("a", 2, dim=-3):
+            numpyro.sample("u", dist.Normal(0.0, 1.0))
+
+    assert max_plate_nesting(numpyro.handlers.trace(numpyro.handlers.seed(nested, 0)).get_trace()) == 3
+
+
+def test_what_enumeration_cannot_sum_is_named():
+    def poisson_latent():
+        numpyro.sample("count", dist.Poisson(3.0))
+        numpyro.sample("u", dist.Normal(0.0, 1.0))
+
+    with pytest.raises(ModelError, match=r"site 'count': a discrete latent site \(Poisson\) whose support"):
+        from_numpyro(poisson_latent)
+
+    def sequential(y):
+        on = numpyro.sample("on", dist.Bernoulli(0.5), infer={"enumerate": "sequential"})
+        numpyro.sample("y", dist.Normal(on + numpyro.sample("m", dist.Normal(0.0, 1.0)), 1.0), obs=y)
+
+    with pytest.raises(ModelError, match=r"site 'on': infer=\{'enumerate': 'sequential'\}"):
+        from_numpyro(sequential, Y)
+
+    with pytest.raises(ModelError, match=r"families\['z'\]: site 'z' is a discrete latent site"):
+        from_numpyro(mixture_with_assignments, X, families={"z": "normal"})
+
+    def only_discrete():
+        with numpyro.plate("i", 3):
+            numpyro.sample("c", dist.Categorical(jnp.ones(3) / 3))
+
+    with pytest.raises(ModelError, match="no continuous latent site"):
+        from_numpyro(only_discrete)
+
+    def subsampled(x):
+        w = numpyro.sample("w", dist.Dirichlet(jnp.ones(2)))
+        with numpyro.plate("data", x.shape[0], subsample_size=10) as rows:
+            z = numpyro.sample("z", dist.Categorical(w))
+            numpyro.sample("x", dist.Normal(jnp.array([-1.0, 1.0])[z], 1.0), obs=x[rows])
+
+    with pytest.raises(ModelError, match=r"site 'z': .* plate 'data' subsamples its rows"):
+        from_numpyro(subsampled, X)
+
+
+def test_without_funsor_the_site_and_the_package_are_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numpyro.contrib.funsor", None)
+    with pytest.raises(ModelError, match=r"site 'z': .*needs the funsor package"):
+        from_numpyro(mixture_with_assignments, X)
