@@ -216,6 +216,13 @@ def _reducer(factor_axes, local_axes):
     return reduce
 
 
+def _nbytes(constant) -> int:
+    """A jaxpr constant's bytes (a JAX array's own dtype: ``np.result_type`` of a JAX array is
+    deprecated)."""
+    dtype = constant.dtype if hasattr(constant, "dtype") else np.result_type(constant)
+    return int(np.size(constant)) * np.dtype(dtype).itemsize
+
+
 def log_joint(
     factors: Sequence[Factor],
     latent_axes: Mapping[str, Sequence[str]],
@@ -326,12 +333,7 @@ def log_joint(
                 f"factor {item.name!r} failed on latents of shapes {shapes} and data of shapes "
                 f"{data_shapes}: {type(error).__name__}: {error}"
             ) from error
-        big = [
-            np.shape(c)
-            for c in closed.consts
-            if np.size(c) * np.dtype(getattr(c, "dtype", None) or np.result_type(c)).itemsize
-            > MAX_CONSTANT_BYTES
-        ]
+        big = [np.shape(c) for c in closed.consts if _nbytes(c) > MAX_CONSTANT_BYTES]
         if big:
             raise ModelError(
                 f"factor {item.name!r} closes over array(s) of shape(s) {big} (over 1 MB): they "
