@@ -137,11 +137,17 @@ def test_a_continuous_latent_whose_prior_reads_the_discrete_one():
         )
 
 
-def test_the_default_fit_of_a_mixture_with_assignments_is_the_mixtures():
+@pytest.fixture(scope="module")
+def mixture_fits():
+    """The adapted mixture with assignments, its default fit, and the hand-marginalized one's."""
+    adapted = from_numpyro(mixture_with_assignments, X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        enumerated = from_numpyro(mixture_with_assignments, X).fit(progress=False)
-        by_hand = from_numpyro(mixture_by_hand, X).fit(progress=False)
+        return adapted, adapted.fit(progress=False), from_numpyro(mixture_by_hand, X).fit(progress=False)
+
+
+def test_the_default_fit_of_a_mixture_with_assignments_is_the_mixtures(mixture_fits):
+    _, enumerated, by_hand = mixture_fits
     assert enumerated.converged and by_hand.converged
     for name in ("w", "mu", "sigma"):
         mean, sd = np.asarray(by_hand.posterior[name].mean()), np.asarray(by_hand.posterior[name].std())
@@ -151,6 +157,29 @@ def test_the_default_fit_of_a_mixture_with_assignments_is_the_mixtures():
     # the clusters, not two components on one of them
     mu = np.sort(np.asarray(enumerated.posterior["mu"].mean()))
     np.testing.assert_allclose(mu, [-3.0, 0.5, 3.0], atol=0.35)
+
+
+def test_the_assignments_are_drawn_from_their_conditional(mixture_fits):
+    """``deterministic`` draws each row's assignment from ``p(z | x, theta)`` at each draw of
+    ``q``: its frequencies against the exact conditional probabilities averaged over the same
+    draws of ``q``, within 4.5 binomial standard errors at each of the 450 (row, component)."""
+    from grepvi.interop.arviz_io import posterior_draws
+
+    adapted, result, _ = mixture_fits
+    num_draws = 400
+    z = adapted.deterministic(result, num_draws=num_draws, seed=3)["z"]
+    assert z.shape == (num_draws, X.shape[0]) and set(np.unique(z)) <= {0, 1, 2}
+    draws = posterior_draws(result, num_draws, 3)
+    joint = jnp.log(draws["w"])[:, None, :] + dist.Normal(
+        draws["mu"][:, None, :], draws["sigma"][:, None, None]
+    ).log_prob(X[None, :, None])
+    expected = np.mean(np.exp(joint - logsumexp(joint, axis=-1, keepdims=True)), axis=0)  # (rows, 3)
+    frequency = np.stack([np.mean(z == k, axis=0) for k in range(3)], axis=-1)
+    se = np.sqrt(np.maximum(expected * (1 - expected), 1.0 / num_draws) / num_draws)
+    assert np.max(np.abs(frequency - expected) / se) < 4.5
+    # the rows of the middle cluster mostly drawn to the middle component
+    middle = int(np.argsort(np.asarray(result.posterior["mu"].mean()))[1])
+    assert np.mean(frequency[60:110, middle]) > 0.8
 
 
 def test_max_plate_nesting_reads_the_deepest_plate():
@@ -203,3 +232,53 @@ def test_without_funsor_the_site_and_the_package_are_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "numpyro.contrib.funsor", None)
     with pytest.raises(ModelError, match=r"site 'z': .*needs the funsor package"):
         from_numpyro(mixture_with_assignments, X)
+
+
+HMM_Y = jnp.asarray(
+    np.where(np.repeat([0, 1, 0, 1], [12, 8, 10, 10]) == 0, -1.0, 1.5) + RNG.normal(0, 0.8, 40), jnp.float32
+)
+STICKY = jnp.array([[8.0, 2.0], [2.0, 8.0]])
+
+
+def hidden_markov(y):
+    """Two hidden states, a Markov chain through ``numpyro.contrib.control_flow.scan``."""
+    from numpyro.contrib.control_flow import scan
+
+    trans = numpyro.sample("trans", dist.Dirichlet(STICKY).to_event(1))
+    locs = numpyro.sample("locs", dist.Normal(jnp.array([-1.0, 1.0]), 2.0).to_event(1))
+    scale = numpyro.sample("scale", dist.HalfNormal(2.0))
+
+    def step(previous, y_t):
+        state = numpyro.sample("state", dist.Categorical(trans[previous]))
+        numpyro.sample("y", dist.Normal(locs[state], scale), obs=y_t)
+        return state, None
+
+    scan(step, 0, y)
+
+
+def forward_algorithm(latents, y):
+    emission = dist.Normal(latents["locs"], latents["scale"])
+    log_trans = jnp.log(latents["trans"])
+    first = log_trans[0] + emission.log_prob(y[0])
+
+    def advance(alpha, y_t):
+        return logsumexp(alpha[:, None] + log_trans, axis=0) + emission.log_prob(y_t), None
+
+    alpha, _ = jax.lax.scan(advance, first, y[1:])
+    prior = (
+        dist.Dirichlet(STICKY).to_event(1).log_prob(latents["trans"])
+        + dist.Normal(jnp.array([-1.0, 1.0]), 2.0).to_event(1).log_prob(latents["locs"])
+        + dist.HalfNormal(2.0).log_prob(latents["scale"])
+    )
+    return logsumexp(alpha) + prior
+
+
+def test_a_hidden_markov_chain_in_a_scan_is_the_forward_algorithm():
+    adapted = from_numpyro(hidden_markov, HMM_Y)
+    assert adapted.enumerated == ("state",) and set(adapted.families) == {"trans", "locs", "scale"}
+    value = jax.jit(adapted.logdensity_fn)
+    for seed in range(3):
+        latents = _latents(hidden_markov, HMM_Y, seed=seed)
+        np.testing.assert_allclose(
+            value(latents, adapted.data), forward_algorithm(latents, HMM_Y), rtol=2e-6, atol=1e-4
+        )

@@ -27,9 +27,11 @@ sites stay inside), and once under enumeration with those values substituted.
 
 from collections.abc import Callable
 
+import jax
+
 from grepvi.errors import ModelError
 
-__all__ = ["ENUMERATED_FACTOR", "discrete_sites", "marginalized", "max_plate_nesting"]
+__all__ = ["ENUMERATED_FACTOR", "conditional_draws", "discrete_sites", "marginalized", "max_plate_nesting"]
 
 # the factor site of the marginal model: the log joint with the discrete sites summed out
 ENUMERATED_FACTOR = "grepvi_enumerated"
@@ -135,3 +137,29 @@ def marginalized(model: Callable, trace, sites: list[str]) -> Callable:
         factor(ENUMERATED_FACTOR, log_joint)
 
     return marginal
+
+
+def conditional_draws(model: Callable, trace, sites: list[str]) -> Callable:
+    """``(latents, rng_key, *args, **kwargs) -> {site: value}``: a draw of the discrete
+    ``sites`` from their conditional ``p(z | x, theta)`` at the continuous ``latents``
+    (NumPyro's :func:`numpyro.contrib.funsor.infer_discrete` at temperature 1, forward
+    filtering, backward sampling), and the model's ``numpyro.deterministic`` sites at that
+    draw. ``vmap`` it over draws of ``q`` for the posterior of the discrete sites (a mixture's
+    assignments, a change point), as NumPyro's ``Predictive`` of ``infer_discrete`` does
+    after NUTS."""
+    from numpyro import handlers
+    from numpyro.contrib.funsor import config_enumerate, infer_discrete
+
+    first_available_dim = -max_plate_nesting(trace) - 1
+    names = [name for name, site in trace.items() if site["type"] == "deterministic"] + list(sites)
+
+    def draw(latents, rng_key, *args, **kwargs):
+        discrete_key, other_key = jax.random.split(rng_key)
+        conditioned = handlers.substitute(config_enumerate(model), data=latents)
+        sampled = infer_discrete(
+            conditioned, first_available_dim=first_available_dim, temperature=1, rng_key=discrete_key
+        )
+        run = handlers.trace(handlers.seed(sampled, other_key)).get_trace(*args, **kwargs)
+        return {name: run[name]["value"] for name in names}
+
+    return draw

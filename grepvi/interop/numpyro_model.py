@@ -65,7 +65,7 @@ from grepvi.families.base import Family
 from grepvi.families.transformed import Affine, TransformedNormal, is_ordered
 from grepvi.inference.compilation_cache import once_compiler_options
 from grepvi.inference.paused_collection import paused_collection
-from grepvi.interop.enumeration import ENUMERATED_FACTOR, discrete_sites, marginalized
+from grepvi.interop.enumeration import ENUMERATED_FACTOR, conditional_draws, discrete_sites, marginalized
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
 
@@ -164,6 +164,9 @@ class NumPyroModel(NamedTuple):
     moving: tuple = ()  # latent sites whose support moves with other latents (fitted as u)
     # discrete latent sites summed out by enumeration (grepvi.interop.enumeration), not fitted
     enumerated: tuple = ()
+    # (latents, data, rng_key) -> a draw of the enumerated sites from p(z | x, latents) and the
+    # model's numpyro.deterministic sites at it (enumeration.conditional_draws; None: none)
+    conditional_fn: Callable | None = None
 
     def deterministic(self, result, num_draws: int = 1000, seed: int = 0) -> dict:
         """Draws of the model's ``numpyro.deterministic`` sites under the fitted ``q``: the model
@@ -171,16 +174,23 @@ class NumPyroModel(NamedTuple):
         :func:`grepvi.interop.arviz_io.to_inference_data` with the same ``seed``; NumPyro's
         ``Predictive`` with posterior samples). The values of the ``moving`` latent sites
         too (``biject_to(support)(u)`` at each draw; :func:`to_inference_data` with
-        ``deterministic=`` reports them in place of ``u``). ``{}`` where the model has
-        neither."""
+        ``deterministic=`` reports them in place of ``u``). The ``enumerated`` discrete sites
+        too: at each draw of ``q``, a draw from their conditional ``p(z | x, latents)``
+        (:func:`grepvi.interop.enumeration.conditional_draws`, NumPyro's ``infer_discrete``),
+        and the deterministic sites at it. ``{}`` where the model has none of these."""
         from grepvi.interop.arviz_io import posterior_draws
 
-        if self.deterministic_fn is None:
+        if self.deterministic_fn is None and self.conditional_fn is None:
             return {}
         if self.subsampled:
             raise ModelError("deterministic: not for a model with a subsampled plate (its sites see a batch)")
         draws = posterior_draws(result, num_draws, seed)
-        values = jax.jit(jax.vmap(lambda z: self.deterministic_fn(z, self.data)))(draws)
+        values = {}
+        if self.deterministic_fn is not None:
+            values.update(jax.jit(jax.vmap(lambda z: self.deterministic_fn(z, self.data)))(draws))
+        if self.conditional_fn is not None:  # a key stream of its own beside q's draws
+            keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), num_draws)
+            values.update(jax.jit(jax.vmap(lambda z, k: self.conditional_fn(z, self.data, k)))(draws, keys))
         return {name: np.asarray(value) for name, value in values.items()}
 
     @property
@@ -1009,8 +1019,10 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     user_trace = _user_trace(model, args, kwargs)
     subsampled, early_sites = _subsampled_plates(user_trace, data)
     enumerated = tuple(discrete_sites(user_trace))
+    conditional_fn = None
     if enumerated:  # summed out as NumPyro's NUTS does (grepvi.interop.enumeration)
         _check_enumerated(enumerated, subsampled, families)
+        conditional_fn = _conditional_fn(conditional_draws(model, user_trace, list(enumerated)), rebuild)
         model = marginalized(model, user_trace, list(enumerated))
         _, early_sites = _subsampled_plates(_user_trace(model, args, kwargs), data)
         if early_sites == {ENUMERATED_FACTOR}:
@@ -1221,7 +1233,19 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
         whitened=tuple(name for name in centred if _base_type(first[name]) in WHITENED_DISTRIBUTIONS),
         moving=tuple(sorted(moving)),
         enumerated=enumerated,
+        conditional_fn=conditional_fn,
     )
+
+
+def _conditional_fn(draw, rebuild):
+    """``(latents, data, rng_key) -> draw(latents, rng_key, *args, **kwargs)``, the model's
+    arguments rebuilt from its data."""
+
+    def conditional(latents, data, rng_key):
+        call_args, call_kwargs = rebuild(data)
+        return draw(latents, rng_key, *call_args, **call_kwargs)
+
+    return conditional
 
 
 def _deterministic_fn(trace_model, trace, moving=()):
