@@ -1022,8 +1022,9 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     conditional_fn = None
     if enumerated:  # summed out as NumPyro's NUTS does (grepvi.interop.enumeration)
         _check_enumerated(enumerated, subsampled, families)
-        conditional_fn = _conditional_fn(conditional_draws(model, user_trace, list(enumerated)), rebuild)
-        model = marginalized(model, user_trace, list(enumerated))
+        draw = model, user_trace, list(enumerated)
+        model = marginalized(*draw)  # first: names what cannot be enumerated, or funsor missing
+        conditional_fn = _conditional_fn(conditional_draws(*draw), rebuild)
         _, early_sites = _subsampled_plates(_user_trace(model, args, kwargs), data)
         if early_sites == {ENUMERATED_FACTOR}:
             raise ModelError(
