@@ -177,6 +177,12 @@ def test_the_assignments_are_drawn_from_their_conditional(mixture_fits):
     frequency = np.stack([np.mean(z == k, axis=0) for k in range(3)], axis=-1)
     se = np.sqrt(np.maximum(expected * (1 - expected), 1.0 / num_draws) / num_draws)
     assert np.max(np.abs(frequency - expected) / se) < 4.5
+    pytest.importorskip("arviz")
+    from grepvi.interop.arviz_io import to_inference_data
+
+    posterior = to_inference_data(result, num_draws, seed=3, deterministic=adapted).posterior
+    assert posterior["z"].shape == (1, num_draws, X.shape[0])
+    np.testing.assert_array_equal(np.asarray(posterior["z"])[0], z)  # the same draws
     # the rows of the middle cluster mostly drawn to the middle component
     middle = int(np.argsort(np.asarray(result.posterior["mu"].mean()))[1])
     assert np.mean(frequency[60:110, middle]) > 0.8
