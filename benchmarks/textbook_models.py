@@ -387,6 +387,7 @@ def _all_models():
     from bugs_models import BUGS_MODELS
     from classic_models import CLASSIC_MODELS
     from corner_models import CORNER_MODELS
+    from discrete_models import DISCRETE_MODELS
     from edge_models import EDGE_MODELS
     from example_models import EXAMPLE_MODELS
     from fresh_models import FRESH_MODELS  # written after this module's models, on its TextbookModel
@@ -432,6 +433,7 @@ def _all_models():
         **REVIEWER_MODELS,
         **OUTSIDER_MODELS,
         **STRANGER_MODELS,
+        **DISCRETE_MODELS,
     }
     return {**MODELS, **LARGER_MODELS, **later}
 

@@ -215,8 +215,18 @@ def _fit(contender: str, entry, model_name: str, seed: int):
         from numpyro.infer.autoguide import AutoNormal
 
         start = time.perf_counter()
-        guide = AutoNormal(entry.model)
-        svi = SVI(entry.model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
+        discrete = _discrete_latents(entry.model, args)
+        if discrete:  # as NumPyro documents it: the discrete sites hidden from the guide, enumerated
+            from numpyro import handlers
+            from numpyro.contrib.funsor import config_enumerate
+            from numpyro.infer import TraceEnum_ELBO
+
+            model = config_enumerate(entry.model)
+            guide = AutoNormal(handlers.block(model, hide=discrete))
+            svi = SVI(model, guide, numpyro.optim.Adam(0.01), TraceEnum_ELBO())
+        else:
+            guide = AutoNormal(entry.model)
+            svi = SVI(entry.model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
         svi_result = svi.run(jax.random.key(seed), 10_000, *args, progress_bar=False)
         jax.block_until_ready(svi_result.params)
         record["time"] = time.perf_counter() - start
@@ -296,7 +306,11 @@ def _q_draws(kind, value, entry, args, rng_key):
         handlers.substitute(handlers.seed(entry.model, 0), substitute_fn=at_loc)
     ).get_trace(*args)
     draws, log_q, means = {}, 0.0, {}
-    latent = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]]
+    latent = [
+        n
+        for n, s in trace.items()
+        if s["type"] == "sample" and not s["is_observed"] and not s["fn"].support.is_discrete
+    ]
     keys = jax.random.split(rng_key, len(latent))
     for key, name in zip(keys, latent, strict=True):
         loc = jnp.asarray(np.asarray(value[f"{name}_auto_loc"], np.float64))
@@ -340,10 +354,41 @@ def _moving_values(model, args, draws, moving):
     return jax.lax.map(one, draws, batch_size=256)
 
 
+def _discrete_latents(model, args) -> list:
+    """The model's discrete latent sites (NumPyro's NUTS enumerates them)."""
+    from numpyro import handlers
+
+    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*args)
+    return [
+        name
+        for name, site in trace.items()
+        if site["type"] == "sample" and not site["is_observed"] and site["fn"].support.is_discrete
+    ]
+
+
+def _enumerated_log_density(model, args):
+    """``log_density`` of ``model``: with its discrete latent sites summed out (funsor), where
+    it has any."""
+    from numpyro import handlers
+    from numpyro.infer.util import log_density
+
+    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*args)
+    if not _discrete_latents(model, args):
+        return log_density
+    from numpyro.contrib.funsor import config_enumerate, enum
+    from numpyro.contrib.funsor import log_density as enumerated_density
+
+    dims = [f.dim for site in trace.values() if site["type"] == "sample" for f in site["cond_indep_stack"]]
+    nesting = -min([d for d in dims if d is not None], default=0)
+    enumerated = enum(config_enumerate(model), -nesting - 1)
+    return lambda _, *rest: enumerated_density(enumerated, *rest)
+
+
 def _shared_elbo(model, args, draws, log_q):
     import jax
     import numpy as np
-    from numpyro.infer.util import log_density
+
+    log_density = _enumerated_log_density(model, args)
 
     # in chunks of draws: 20,000 draws of a 100,000-row model's log density at once would hold
     # 2e9 floats
@@ -434,6 +479,7 @@ MODEL_SETS = {
     "reviewer": ("reviewer_models", "REVIEWER_MODELS", "the ten of reviewer_models.py"),
     "outsider": ("outsider_models", "OUTSIDER_MODELS", "the ten of outsider_models.py"),
     "stranger": ("stranger_models", "STRANGER_MODELS", "the ten of stranger_models.py"),
+    "discrete": ("discrete_models", "DISCRETE_MODELS", "the three of discrete_models.py"),
 }
 
 

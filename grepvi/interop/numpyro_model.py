@@ -26,6 +26,12 @@ comes from the exact log-space draw where its distribution has a closed form the
 The model's array arguments are the data (an argument of every compiled program, as for
 grepvi's own models); its other arguments (sizes, flags) are fixed when it is built.
 
+A discrete latent site (``z ~ Categorical(w)``, ``Bernoulli``, any support NumPyro can
+enumerate) is summed out by enumeration, as NumPyro's NUTS does
+(:mod:`grepvi.interop.enumeration`): the continuous latents are fitted against
+``log sum_z p(x, z, theta)``, and :meth:`NumPyroModel.deterministic` draws the discrete sites
+from ``p(z | x, theta)``.
+
 A plate with ``subsample_size`` (the model indexing its data with the plate's indices) is
 minibatch VI: its indices are data too (``data[-1]``, every row by default), and ``fit()``
 substitutes a fresh random batch for them in every compiled step
