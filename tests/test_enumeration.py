@@ -88,6 +88,27 @@ def switch_by_hand(latents, y):
     return logsumexp(joint) + jnp.sum(dist.Normal(theta, 1.0).log_prob(y))
 
 
+ZIP_Y = jnp.asarray(np.where(RNG.random(200) < 0.3, 0, RNG.poisson(2.5, 200)), jnp.float32)
+
+
+def zero_inflation_indicator(y):
+    """A zero-inflated Poisson as written with its indicator: the rate times ``1 - z``. NumPyro's
+    NUTS cannot start on it (the rate's gradient is ``0 * inf`` where ``z = 1`` and ``y > 0``:
+    "Cannot find valid initial parameters", seventy-fourth session)."""
+    pi = numpyro.sample("pi", dist.Beta(1.0, 1.0))
+    lam = numpyro.sample("lam", dist.Gamma(2.0, 0.5))
+    with numpyro.plate("n", y.shape[0]):
+        z = numpyro.sample("z", dist.Bernoulli(pi))
+        numpyro.sample("y", dist.Poisson(lam * (1 - z)), obs=y)
+
+
+def zero_inflated_by_hand(y):
+    pi = numpyro.sample("pi", dist.Beta(1.0, 1.0))
+    lam = numpyro.sample("lam", dist.Gamma(2.0, 0.5))
+    with numpyro.plate("n", y.shape[0]):
+        numpyro.sample("y", dist.ZeroInflatedPoisson(pi, lam), obs=y)
+
+
 def _latents(model, *args, seed=0):
     """Prior draws of the model's continuous latents (the marginal's arguments)."""
     trace = numpyro.handlers.trace(numpyro.handlers.seed(model, seed)).get_trace(*args)
@@ -186,6 +207,34 @@ def test_the_assignments_are_drawn_from_their_conditional(mixture_fits):
     # the rows of the middle cluster mostly drawn to the middle component
     middle = int(np.argsort(np.asarray(result.posterior["mu"].mean()))[1])
     assert np.mean(frequency[60:110, middle]) > 0.8
+
+
+def test_a_zero_inflation_indicator_summed_out_is_the_zero_inflated_poisson():
+    enumerated, by_hand = (
+        from_numpyro(zero_inflation_indicator, ZIP_Y),
+        from_numpyro(zero_inflated_by_hand, ZIP_Y),
+    )
+    value, expected = jax.jit(enumerated.logdensity_fn), jax.jit(by_hand.logdensity_fn)
+    for seed in range(4):
+        latents = _latents(zero_inflated_by_hand, ZIP_Y, seed=seed)
+        np.testing.assert_allclose(
+            value(latents, enumerated.data), expected(latents, by_hand.data), rtol=2e-6
+        )
+
+
+@pytest.mark.slow
+def test_the_default_fit_of_a_zero_inflation_indicator_is_the_zero_inflated_poissons():
+    """The summed indicator's rate gradient is ``0 * inf`` in float32 autodiff; the fit's
+    widened gradient (``grepvi.inference.widened_gradient``: a float64 pass that takes a product
+    with an exact zero factor as 0) gives the hand-written model's answer."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        enumerated = from_numpyro(zero_inflation_indicator, ZIP_Y).fit(progress=False)
+        by_hand = from_numpyro(zero_inflated_by_hand, ZIP_Y).fit(progress=False)
+    assert enumerated.converged and by_hand.converged
+    for name in ("pi", "lam"):
+        mean, sd = float(by_hand.posterior[name].mean()), float(by_hand.posterior[name].std())
+        assert abs(float(enumerated.posterior[name].mean()) - mean) / sd < 0.05, name
 
 
 def test_max_plate_nesting_reads_the_deepest_plate():
