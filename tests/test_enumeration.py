@@ -124,13 +124,13 @@ def test_a_mixtures_assignments_summed_out_give_the_mixture_density():
     assert enumerated.enumerated == ("z",) and "z" not in enumerated.families
     assert set(enumerated.families) == {"w", "mu", "sigma"}
     assert ENUMERATED_FACTOR in enumerated.sites and enumerated.sites[ENUMERATED_FACTOR].observed
+    value_and_grad = jax.jit(jax.value_and_grad(enumerated.logdensity_fn))  # one program, not op by op
+    expected_value_and_grad = jax.jit(jax.value_and_grad(by_hand.logdensity_fn))
     for seed in range(5):
         latents = _latents(mixture_by_hand, X, seed=seed)
-        value = enumerated.logdensity_fn(latents, enumerated.data)
-        expected = by_hand.logdensity_fn(latents, by_hand.data)
+        value, gradient = value_and_grad(latents, enumerated.data)
+        expected, expected_gradient = expected_value_and_grad(latents, by_hand.data)
         np.testing.assert_allclose(value, expected, rtol=2e-6, atol=1e-4)
-        gradient = jax.grad(enumerated.logdensity_fn)(latents, enumerated.data)
-        expected_gradient = jax.grad(by_hand.logdensity_fn)(latents, by_hand.data)
         for name in latents:
             # the simplex's: along its tangent (Categorical(w) reads log w, the mixture its
             # normalized log w: they differ by a constant vector, the same on the simplex)
@@ -143,9 +143,10 @@ def test_a_mixtures_assignments_summed_out_give_the_mixture_density():
 def test_a_change_point_summed_over_its_positions():
     adapted = from_numpyro(change_point, COUNTS)
     assert adapted.enumerated == ("tau",)
+    density = jax.jit(adapted.logdensity_fn)
     for seed in range(5):
         latents = _latents(change_point, COUNTS, seed=seed)
-        value = adapted.logdensity_fn(latents, adapted.data)
+        value = density(latents, adapted.data)
         np.testing.assert_allclose(value, change_point_by_hand(latents, COUNTS), rtol=2e-6, atol=1e-4)
 
 

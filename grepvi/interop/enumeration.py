@@ -123,6 +123,15 @@ def marginalized(model: Callable, trace, sites: list[str]) -> Callable:
             return message["fn"].enumerate_support(expand=True)[0]
         return None
 
+    def summed_log_joint(args, kwargs, latents):
+        # a seed of its own: a key asked inside (NumPyro's scan asks one; block lets such
+        # requests through) is not split from the caller's seed inside this jit (a leaked
+        # tracer); every site here is substituted or enumerated, so no draw reads it
+        with handlers.block(), handlers.seed(rng_seed=0):
+            return log_density(enumerated, args, kwargs, latents)[0]
+
+    traced = {}  # by the arguments' static parts: funsor's Python runs once per shapes
+
     def marginal(*args, **kwargs):
         with handlers.block(hide_fn=inside), handlers.mask(mask=False):
             run = handlers.trace(handlers.substitute(model, substitute_fn=support_value))
@@ -132,11 +141,37 @@ def marginalized(model: Callable, trace, sites: list[str]) -> Callable:
             for name, site in values.items()
             if site["type"] == "sample" and not inside(site)
         }
-        with handlers.block():
-            log_joint, _ = log_density(enumerated, args, kwargs, latents)
-        factor(ENUMERATED_FACTOR, log_joint)
+        factor(ENUMERATED_FACTOR, _cached(traced, summed_log_joint, (args, kwargs, latents)))
 
     return marginal
+
+
+def _is_array(leaf) -> bool:
+    return hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+
+
+def _cached(cache: dict, function: Callable, arguments):
+    """``function(*arguments)`` through a ``jax.jit`` of it kept in ``cache`` by the arguments'
+    tree and non-array leaves: later calls with arrays of the same shapes (in any trace: the
+    adapter's, the step's ``vmap`` and ``grad``) reuse its jaxpr instead of running its Python
+    again. Uncached where a non-array leaf cannot be hashed."""
+    leaves, treedef = jax.tree_util.tree_flatten(arguments)
+    where = tuple(_is_array(leaf) for leaf in leaves)
+    static = tuple(None if array else leaf for array, leaf in zip(where, leaves, strict=True))
+    try:
+        key = (treedef, where, static)
+        jitted = cache.get(key)
+    except TypeError:  # an unhashable static leaf
+        return function(*arguments)
+    if jitted is None:
+
+        def on_arrays(arrays):
+            it = iter(arrays)
+            filled = [next(it) if array else leaf for array, leaf in zip(where, static, strict=True)]
+            return function(*jax.tree_util.tree_unflatten(treedef, filled))
+
+        jitted = cache[key] = jax.jit(on_arrays)
+    return jitted([leaf for array, leaf in zip(where, leaves, strict=True) if array])
 
 
 def conditional_draws(model: Callable, trace, sites: list[str]) -> Callable:
