@@ -16,8 +16,9 @@ the continuous latents ``theta`` against the same marginal: :func:`marginalized`
 model whose sample sites are the continuous latents alone, each with its density masked, and
 one factor (:data:`ENUMERATED_FACTOR`) holding the whole log joint with the discrete sites
 summed out, computed by NumPyro's own enumeration (the ``funsor`` package; install
-``grepvi[numpyro]``). The mean-field ``q`` is then over ``theta`` only; the discrete sites'
-posterior given ``theta`` is exact in the marginal.
+``grepvi[numpyro]``). The mean-field ``q`` is then over ``theta`` only: the discrete sites
+are not approximated, their conditional ``p(z | x, theta)`` is exact and drawn from at each
+draw of ``q`` (:func:`conditional_draws`).
 
 The marginal model runs the user's model twice per evaluation: once with the discrete sites
 at a value of their support and every density masked (the continuous latents' values, shapes,
