@@ -14,6 +14,10 @@ from this module's own seed:
 * ``hidden_markov``: 100 observations of a two-state sticky Markov chain (stay 0.9), Gaussian
   emissions at -1 and 1.5 (sd 0.8); the transition rows ``Dirichlet([8, 2])`` / ``([2, 8])``,
   ordered emission locations, one scale; the states in ``numpyro.contrib.control_flow.scan``.
+* ``dawid_skene``: Dawid and Skene's (1979) annotator model, 60 items of 3 classes labelled by
+  4 annotators of accuracy 0.9, 0.8, 0.7 and 0.6 (else a uniform label); each annotator's
+  confusion rows ``Dirichlet(1 + 4 I)``, the class frequencies ``Dirichlet(1)``, each item's
+  true class ``c ~ Categorical(pi)`` in the item plate, the labels in a nested annotator plate.
 """
 
 import jax.numpy as jnp
@@ -35,6 +39,15 @@ _STATES = [0]
 for _ in range(99):
     _STATES.append(_STATES[-1] if _RNG.random() < 0.9 else 1 - _STATES[-1])
 HMM_Y = (np.where(np.array(_STATES) == 0, -1.0, 1.5) + _RNG.normal(0.0, 0.8, 100)).astype(np.float32)
+
+_ITEMS, _ANNOTATORS, _CLASSES = 60, 4, 3
+_TRUE_CLASS = _RNG.integers(0, _CLASSES, _ITEMS)
+_ACCURACY = np.array([0.9, 0.8, 0.7, 0.6])
+ANNOTATIONS = np.where(
+    _RNG.random((_ANNOTATORS, _ITEMS)) < _ACCURACY[:, None],
+    _TRUE_CLASS[None, :],
+    _RNG.integers(0, _CLASSES, (_ANNOTATORS, _ITEMS)),
+).astype(np.int32)
 
 
 def _ordered_locations(name, size, scale):
@@ -88,6 +101,22 @@ def hidden_markov(y):
     scan(step, 0, y)
 
 
+def dawid_skene(labels):
+    import numpyro
+    import numpyro.distributions as dist
+
+    annotators, items = labels.shape
+    with numpyro.plate("annotator", annotators, dim=-2), numpyro.plate("class", _CLASSES, dim=-1):
+        confusion = numpyro.sample("confusion", dist.Dirichlet(jnp.ones(_CLASSES) + 4.0 * jnp.eye(_CLASSES)))
+    pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(_CLASSES)))
+    with numpyro.plate("item", items, dim=-1):
+        c = numpyro.sample("c", dist.Categorical(pi))
+        with numpyro.plate("annotators", annotators, dim=-2):
+            numpyro.sample(
+                "label", dist.Categorical(confusion[jnp.arange(annotators)[:, None], c]), obs=labels
+            )
+
+
 DISCRETE_MODELS = {
     "gaussian_mixture": TextbookModel(
         "gaussian_mixture",
@@ -106,5 +135,11 @@ DISCRETE_MODELS = {
         hidden_markov,
         (HMM_Y,),
         "two-state Gaussian HMM, 100 steps, states in a scan (enumerated)",
+    ),
+    "dawid_skene": TextbookModel(
+        "dawid_skene",
+        dawid_skene,
+        (ANNOTATIONS,),
+        "Dawid-Skene annotators, 60 items x 4 annotators, true classes c ~ Categorical (enumerated)",
     ),
 }

@@ -479,7 +479,7 @@ MODEL_SETS = {
     "reviewer": ("reviewer_models", "REVIEWER_MODELS", "the ten of reviewer_models.py"),
     "outsider": ("outsider_models", "OUTSIDER_MODELS", "the ten of outsider_models.py"),
     "stranger": ("stranger_models", "STRANGER_MODELS", "the ten of stranger_models.py"),
-    "discrete": ("discrete_models", "DISCRETE_MODELS", "the three of discrete_models.py"),
+    "discrete": ("discrete_models", "DISCRETE_MODELS", "the four of discrete_models.py"),
 }
 
 
