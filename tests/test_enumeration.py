@@ -49,21 +49,20 @@ COUNTS = jnp.asarray(np.concatenate([RNG.poisson(3.0, 25), RNG.poisson(1.0, 15)]
 
 
 def change_point(counts):
-    T = counts.shape[0]
-    tau = numpyro.sample("tau", dist.Categorical(jnp.ones(T) / T))
-    early = numpyro.sample("early", dist.Exponential(1.0))
-    late = numpyro.sample("late", dist.Exponential(1.0))
-    rate = jnp.where(jnp.arange(T) < tau, early, late)
-    with numpyro.plate("t", T):
-        numpyro.sample("counts", dist.Poisson(rate), obs=counts)
+    """The switch as an index into the two rates (benchmarks/discrete_models.py's by ``where``)."""
+    rates = numpyro.sample("rates", dist.Exponential(jnp.ones(2)).to_event(1))
+    tau = numpyro.sample("tau", dist.DiscreteUniform(0, counts.shape[0] - 1))
+    after = (jnp.arange(counts.shape[0]) >= tau).astype(jnp.int32)
+    with numpyro.plate("t", counts.shape[0]):
+        numpyro.sample("counts", dist.Poisson(rates[after]), obs=counts)
 
 
 def change_point_by_hand(latents, counts):
     T = counts.shape[0]
-    rates = jnp.where(jnp.arange(T)[None, :] < jnp.arange(T)[:, None], latents["early"], latents["late"])
+    early, late = latents["rates"]
+    rates = jnp.where(jnp.arange(T)[None, :] < jnp.arange(T)[:, None], early, late)  # (tau, t)
     per_tau = jnp.sum(dist.Poisson(rates).log_prob(counts), axis=1) - jnp.log(T)
-    prior = dist.Exponential(1.0).log_prob(latents["early"]) + dist.Exponential(1.0).log_prob(latents["late"])
-    return logsumexp(per_tau) + prior
+    return logsumexp(per_tau) + jnp.sum(dist.Exponential(1.0).log_prob(latents["rates"]))
 
 
 Y = jnp.array([2.1, 3.4, 2.7, 3.9, 2.2])
