@@ -167,6 +167,9 @@ def mixture_fits():
         return adapted, adapted.fit(progress=False), from_numpyro(mixture_by_hand, X).fit(progress=False)
 
 
+# The two fits (18 s) in the slow tier: the fast tier's default fit of an enumerated mixture is
+# docs/numpyro.md's (tests/test_numpyro_docs.py: its assignments' draws checked there too)
+@pytest.mark.slow
 def test_the_default_fit_of_a_mixture_with_assignments_is_the_mixtures(mixture_fits):
     _, enumerated, by_hand = mixture_fits
     assert enumerated.converged and by_hand.converged
@@ -180,6 +183,7 @@ def test_the_default_fit_of_a_mixture_with_assignments_is_the_mixtures(mixture_f
     np.testing.assert_allclose(mu, [-3.0, 0.5, 3.0], atol=0.35)
 
 
+@pytest.mark.slow
 def test_the_assignments_are_drawn_from_their_conditional(mixture_fits):
     """``deterministic`` draws each row's assignment from ``p(z | x, theta)`` at each draw of
     ``q``: its frequencies against the exact conditional probabilities averaged over the same
