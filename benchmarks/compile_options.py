@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from grepvi.inference.xla_extra_options import extra_options  # noqa: E402
 
 OPTION_SETS = {
     "default": {},
@@ -56,6 +58,18 @@ OPTION_SETS = {
         "xla_cpu_use_fusion_emitters": False,
         "xla_backend_optimization_level": 0,
         "xla_llvm_disable_expensive_passes": True,
+    },
+    # seventy-fifth session: while loops of at most N bytes accessed emitted as one kernel each
+    # (grepvi.inference.xla_extra_options; the step's options where a model has a scan)
+    "small-loops-3e5": {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_backend_optimization_level": 2,
+        **extra_options({"xla_cpu_small_while_loop_byte_threshold": "300000"}),
+    },
+    "small-loops-3e6": {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_backend_optimization_level": 2,
+        **extra_options({"xla_cpu_small_while_loop_byte_threshold": "3000000"}),
     },
 }
 

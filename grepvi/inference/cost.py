@@ -177,3 +177,17 @@ def jaxpr_elements(jaxpr, primitives) -> int:
         return float(sum(_size(var.aval) for var in eqn.outvars))
 
     return int(_walk(jaxpr, elements))
+
+
+def longest_scan(jaxpr) -> int:
+    """The most trips of a ``scan`` in ``jaxpr`` (nested ones included; 0 without one): a
+    model's recursion over time (a filter, a GARCH variance, an ODE's Euler steps) shows here,
+    the step's own loops (the repeats' ``while``) do not."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    most = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            most = max(most, int(eqn.params.get("length", 0)))
+        for sub in sub_jaxprs(eqn):
+            most = max(most, longest_scan(sub))
+    return most

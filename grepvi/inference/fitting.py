@@ -36,7 +36,7 @@ from grepvi.inference.compilation_cache import (
     step_compiler_options,
 )
 from grepvi.inference.controller import AdaptiveSettings, Convergence
-from grepvi.inference.cost import SPECIAL_FUNCTIONS, jaxpr_elements, jaxpr_flops
+from grepvi.inference.cost import SPECIAL_FUNCTIONS, jaxpr_elements, jaxpr_flops, longest_scan
 from grepvi.inference.cpu_rewrites import cpu_rewritten
 from grepvi.inference.paused_collection import paused_collection
 from grepvi.inference.state import (
@@ -207,12 +207,13 @@ def model_gradient_flops(target: Target, params: dict, data) -> float:
 def step_profile(jaxpr) -> dict:
     """What a step's jaxpr holds that sizes its compiler options
     (:func:`grepvi.inference.compilation_cache.step_compiler_options`): ``special_elements``
-    (elements of special functions such as ``lgamma``), ``gathered_elements`` and ``flops``
-    (:mod:`grepvi.inference.cost`)."""
+    (elements of special functions such as ``lgamma``), ``gathered_elements``, ``flops``
+    and ``scan_trips``, the longest ``scan`` (:mod:`grepvi.inference.cost`)."""
     return {
         "special_elements": jaxpr_elements(jaxpr, SPECIAL_FUNCTIONS),
         "gathered_elements": jaxpr_elements(jaxpr, {"gather"}),
         "flops": jaxpr_flops(jaxpr),
+        "scan_trips": longest_scan(jaxpr),
     }
 
 
