@@ -49,7 +49,9 @@ Contenders (the models are :mod:`textbook_models`: from the literature, and simu
   ``grepvi-unbatched`` (a step's special functions one call each, not in batches:
   ``docs/performance.md``, fifty-first session), ``grepvi-simplex-normal`` (a simplex latent's
   ``q`` the stick-breaking normal: fifty-second session), ``grepvi-generalized-dirichlet`` (a
-  simplex latent's ``q`` the generalized Dirichlet's beta sticks: the same session).
+  simplex latent's ``q`` the generalized Dirichlet's beta sticks: the same session),
+  ``grepvi-loops-per-fusion`` (a model's ``scan`` run a kernel call per fusion a trip, XLA's
+  default, as before the seventy-fifth session: ``compilation_cache.SMALL_LOOP_BYTES``).
 
 grepvi's note gives when its first window of steps ended (the adapter, the step's tracing and
 its compilation before it). ``time`` is the wall time from the model and data in hand
@@ -88,6 +90,7 @@ EXTRA_CONTENDERS = (
     "grepvi-unbatched",
     "grepvi-simplex-normal",
     "grepvi-generalized-dirichlet",
+    "grepvi-loops-per-fusion",
 )
 ELBO_DRAWS = 20_000
 
@@ -174,6 +177,10 @@ def _fit(contender: str, entry, model_name: str, seed: int):
             from grepvi.interop import numpyro_model
 
             numpyro_model.Dirichlet = numpyro_model.GeneralizedDirichlet
+        if contender == "grepvi-loops-per-fusion":  # a model's scan a kernel per fusion (before 75)
+            from grepvi.inference import compilation_cache
+
+            compilation_cache.SMALL_LOOP_MIN_TRIPS = 2**62
         if contender == "grepvi-uncoupled":  # locations never coupled (before the 35th session)
             from grepvi.inference import fitting
 
