@@ -1,6 +1,8 @@
 """XLA's backend extra options set for one compilation (:mod:`grepvi.inference.xla_extra_options`),
 and the step options that use them (a model's ``scan`` compiled as one kernel a loop)."""
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +51,8 @@ def test_the_options_bytes_merge_into_compile_options():
     serialized = merged.SerializeAsString()
     assert b"name_a" in serialized and b"two" in serialized
     assert merged.num_replicas == 3  # the rest of the options kept
+    # JAX's persistent-cache key hashes a deep copy's serialization: the entries are in it
+    assert b"name_a" in copy.deepcopy(merged).SerializeAsString()
     assert xla_extra_options.with_extra_options(options, {}) is options
     # the varint of a length past 127 (a long value): two bytes, and still parsed
     long = xla_extra_options.with_extra_options(options, {"name_c": "9" * 300})
