@@ -149,11 +149,12 @@ def step_compiler_options(
     :mod:`grepvi.inference.xla_extra_options`). Otherwise each trip of the model's ``scan``
     runs each of its fusions as a kernel call of its own: the loop's cost is the calls', not
     the arithmetic's. Whole default fits, fresh processes, before / after (seventy-fifth
-    session): GARCH(1, 1) of 200 returns 12.9 -> 9.0 s, a Kalman filter of 120 points 5.5 ->
-    3.9, an SIR epidemic 6.6 -> 5.2, logistic growth 4.6 -> 3.8, Lotka-Volterra 5.5 -> 4.9,
-    the same iterations; models without a ``scan`` keep the default (at this bound their
-    windows compiled no faster, and a window small enough to be emitted whole compiled 1-2 s
-    longer).
+    session, ``benchmarks/time_to_answer.py --contenders grepvi-loops-per-fusion grepvi``):
+    GARCH(1, 1) of 400 returns 12.15 -> 8.48 s, a Kalman filter of 120 points 6.40 -> 4.13, a
+    forward-algorithm HMM 5.92 -> 5.18, Lotka-Volterra 4.96 -> 4.44, an SIR epidemic 5.95 ->
+    6.11, the same iterations. Models without a ``scan`` keep XLA's default: at this bound
+    their windows compiled and stepped as before, and at 3 MB a small model's whole window
+    is one kernel, its steps 2-6 times faster but compiled 1.1-2.1 s longer.
 
     Use: ``jax.jit(program, compiler_options=step_compiler_options(n))`` or
     ``lowered.compile(compiler_options=...)``.
