@@ -115,3 +115,48 @@ def test_the_default_window_of_a_recursive_model_hoists_its_loops(monkeypatch):
         return jnp.sum(-0.5 * ((data - z["phi"]) / z["sigma"]) ** 2 - jnp.log(z["sigma"])) - z["sigma"]
 
     assert EXTRA_OPTIONS_KEY not in _window_options(monkeypatch, iid, latents, series)
+
+
+def test_a_recursive_model_resumed_is_bitwise_the_uninterrupted_fit(monkeypatch):
+    """The default procedure on an AR(1) by ``lax.scan`` (its window compiled with the loop
+    bound): stopped after 12 windows and resumed from its run state, bitwise the whole run."""
+    import grepvi
+    from grepvi.inference import driver
+
+    seen = []
+    make_window = driver.make_window
+
+    def recording(step_fn, length, *args, **kwargs):
+        seen.append(kwargs.get("compiler_options") or {})
+        return make_window(step_fn, length, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "make_window", recording)
+    series = jnp.asarray(np.random.default_rng(1).normal(size=40).cumsum() * 0.3, jnp.float32)
+
+    def ar1(z):
+        phi, sigma = z["phi"], z["sigma"]
+
+        def step(previous, value):
+            return value, -0.5 * ((value - phi * previous) / sigma) ** 2 - jnp.log(sigma)
+
+        _, terms = jax.lax.scan(step, series[0], series[1:])
+        return jnp.sum(terms) - 0.5 * phi**2 - sigma
+
+    latents = {"phi": grepvi.Normal(), "sigma": grepvi.Gamma()}
+    calls = [0]
+
+    def stop_early(event):
+        calls[0] += 1
+        return calls[0] >= 12
+
+    full = grepvi.fit(ar1, latents, progress=False)
+    assert any(EXTRA_OPTIONS_KEY in options for options in seen)
+    part = grepvi.fit(ar1, latents, progress=False, callback=stop_early)
+    assert part.convergence.reason == "interrupted"
+    rest = grepvi.fit(ar1, latents, progress=False, resume=part.run_state)
+    assert full.convergence.converged and rest.convergence.num_iterations == full.convergence.num_iterations
+    for x, y in zip(
+        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
+    ):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
