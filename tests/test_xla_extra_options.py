@@ -160,3 +160,27 @@ def test_a_recursive_model_resumed_is_bitwise_the_uninterrupted_fit(monkeypatch)
     ):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
+
+
+def test_a_jax_whose_compile_options_refuse_the_wrapper_gets_its_own_back(monkeypatch):
+    """Where the wrapped function fails on the check compilation (another JAX), JAX's own
+    ``get_compile_options`` is put back and the options are left out."""
+    from jax._src import compiler
+
+    original = getattr(compiler.get_compile_options, "grepvi_wrapped", compiler.get_compile_options)
+    monkeypatch.setattr(compiler, "get_compile_options", original)
+    monkeypatch.setattr(xla_extra_options, "_installed", None)
+    merge = xla_extra_options.with_extra_options
+    calls = []
+
+    def refusing_merge(options, entries):
+        calls.append(dict(entries))
+        if entries.get("grepvi_probe") or not entries:  # the serialization probe passes
+            return merge(options, entries)
+        raise RuntimeError("this JAX's options cannot be merged")
+
+    monkeypatch.setattr(xla_extra_options, "with_extra_options", refusing_merge)
+    assert xla_extra_options.install() is False
+    assert any(THRESHOLD in entries for entries in calls)  # the check compilation ran, and failed
+    assert compiler.get_compile_options is original
+    assert extra_options({THRESHOLD: "1"}) == {}

@@ -19,6 +19,7 @@ Field numbers (``xla/pjrt/proto/compile_options.proto``, ``xla/xla.proto``):
 """
 
 import functools
+import inspect
 
 EXTRA_OPTIONS_KEY = "xla_backend_extra_options"
 _BUILD_OPTIONS_FIELD = 3
@@ -77,35 +78,49 @@ def with_extra_options(compile_options, entries: dict[str, str]):
 def install() -> bool:
     """Wraps ``jax._src.compiler.get_compile_options`` (once) to honour
     :data:`EXTRA_OPTIONS_KEY`; False where JAX's internals do not allow it (the caller then
-    leaves the key out: XLA refuses an option it does not know)."""
+    leaves the key out: XLA refuses an option it does not know). The wrapper is checked by
+    compiling a one-line program with the key (about 30 ms, once a process); if that fails,
+    JAX's own function is put back."""
     global _installed
     if _installed is not None:
         return _installed
     try:
+        import jax
+        import jax.numpy as jnp
         from jax._src import compiler
         from jax._src.lib import xla_client
 
-        original = compiler.get_compile_options
+        original = getattr(compiler.get_compile_options, "grepvi_wrapped", compiler.get_compile_options)
+        signature = inspect.signature(original)
         probe = with_extra_options(xla_client.CompileOptions(), {"grepvi_probe": "1"})
-        _installed = b"grepvi_probe" in probe.SerializeAsString()
+        _installed = "env_options_overrides" in signature.parameters and (
+            b"grepvi_probe" in probe.SerializeAsString()
+        )
     except Exception:  # noqa: BLE001 - another JAX: the options are left out, nothing breaks
         _installed = False
     if not _installed:
         return False
 
     @functools.wraps(original)
-    def get_compile_options(*args, env_options_overrides=None, **kwargs):
+    def get_compile_options(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        overrides = bound.arguments.get("env_options_overrides")
         entries = {}
-        if env_options_overrides and EXTRA_OPTIONS_KEY in env_options_overrides:
-            env_options_overrides = dict(env_options_overrides)
-            entries = parse_entries(env_options_overrides.pop(EXTRA_OPTIONS_KEY))
-        options = original(*args, env_options_overrides=env_options_overrides, **kwargs)
-        return with_extra_options(options, entries)
+        if overrides and EXTRA_OPTIONS_KEY in overrides:
+            overrides = dict(overrides)
+            entries = parse_entries(overrides.pop(EXTRA_OPTIONS_KEY))
+            bound.arguments["env_options_overrides"] = overrides
+        return with_extra_options(original(*bound.args, **bound.kwargs), entries)
 
     get_compile_options.grepvi_wrapped = original
-    if not getattr(compiler.get_compile_options, "grepvi_wrapped", None):
-        compiler.get_compile_options = get_compile_options
-    return True
+    compiler.get_compile_options = get_compile_options
+    try:
+        check = {EXTRA_OPTIONS_KEY: "xla_cpu_small_while_loop_byte_threshold=1000"}
+        jax.jit(lambda x: x + 1).lower(jnp.zeros(1)).compile(check)
+    except Exception:  # noqa: BLE001 - the wrapper does not work with this JAX: undone
+        compiler.get_compile_options = original
+        _installed = False
+    return _installed
 
 
 def extra_options(entries: dict[str, str]) -> dict:
