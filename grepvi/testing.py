@@ -441,3 +441,18 @@ def check_local_log_joints(
         difference.append(after - before)
         scale.append(abs(after) + abs(before))
     return LocalCheck(tuple(names), tuple(indices), np.array(full), np.array(difference), np.array(scale))
+
+
+def assert_resumed_bitwise(full, part, rest) -> None:
+    """Raises ``AssertionError`` unless a fit stopped early (``part``) and resumed from its run
+    state (``rest``, ``fit(..., resume=part.run_state)``) is bitwise the uninterrupted fit
+    (``full``): the same iterations, parameters and ELBO trace (``part``'s then ``rest``'s)."""
+    assert rest.convergence.num_iterations == full.convergence.num_iterations, (
+        rest.convergence.num_iterations,
+        full.convergence.num_iterations,
+    )
+    resumed, whole = jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params)
+    assert len(resumed) == len(whole)
+    for x, y in zip(resumed, whole, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)

@@ -10,6 +10,7 @@ import pytest
 
 from grepvi.inference import compilation_cache, xla_extra_options
 from grepvi.inference.xla_extra_options import EXTRA_OPTIONS_KEY, extra_options, parse_entries
+from grepvi.testing import assert_resumed_bitwise
 
 THRESHOLD = "xla_cpu_small_while_loop_byte_threshold"
 
@@ -21,6 +22,17 @@ def _loop(x):
         return jnp.sin(y) * 1.01 + jnp.cos(y[::-1]) * 0.5
 
     return jax.lax.fori_loop(0, 100, body, x)
+
+
+def _ar1_logdensity(z, series):
+    """An AR(1) log density by ``lax.scan`` (a model's recursion over time)."""
+    phi, sigma = z["phi"], z["sigma"]
+
+    def step(previous, value):
+        return value, -0.5 * ((value - phi * previous) / sigma) ** 2 - jnp.log(sigma)
+
+    _, terms = jax.lax.scan(step, series[0], series[1:])
+    return jnp.sum(terms) - 0.5 * phi**2 - sigma
 
 
 def _small_calls(compiled) -> int:
@@ -95,15 +107,7 @@ def test_the_default_window_of_a_recursive_model_hoists_its_loops(monkeypatch):
     from grepvi.inference import fitting
 
     series = jnp.asarray(np.random.default_rng(0).normal(size=60).cumsum() * 0.3, jnp.float32)
-
-    def ar1(z, data):
-        phi, sigma = z["phi"], z["sigma"]
-
-        def step(previous, value):
-            return value, -0.5 * ((value - phi * previous) / sigma) ** 2 - jnp.log(sigma)
-
-        _, terms = jax.lax.scan(step, data[0], data[1:])
-        return jnp.sum(terms) - 0.5 * phi**2 - sigma
+    ar1 = _ar1_logdensity
 
     latents = {"phi": grepvi.Normal(), "sigma": grepvi.Gamma()}
     options = _window_options(monkeypatch, ar1, latents, series)
@@ -134,13 +138,7 @@ def test_a_recursive_model_resumed_is_bitwise_the_uninterrupted_fit(monkeypatch)
     series = jnp.asarray(np.random.default_rng(1).normal(size=40).cumsum() * 0.3, jnp.float32)
 
     def ar1(z):
-        phi, sigma = z["phi"], z["sigma"]
-
-        def step(previous, value):
-            return value, -0.5 * ((value - phi * previous) / sigma) ** 2 - jnp.log(sigma)
-
-        _, terms = jax.lax.scan(step, series[0], series[1:])
-        return jnp.sum(terms) - 0.5 * phi**2 - sigma
+        return _ar1_logdensity(z, series)
 
     latents = {"phi": grepvi.Normal(), "sigma": grepvi.Gamma()}
     calls = [0]
@@ -154,12 +152,8 @@ def test_a_recursive_model_resumed_is_bitwise_the_uninterrupted_fit(monkeypatch)
     part = grepvi.fit(ar1, latents, progress=False, callback=stop_early)
     assert part.convergence.reason == "interrupted"
     rest = grepvi.fit(ar1, latents, progress=False, resume=part.run_state)
-    assert full.convergence.converged and rest.convergence.num_iterations == full.convergence.num_iterations
-    for x, y in zip(
-        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
-    ):
-        np.testing.assert_array_equal(x, y)
-    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
+    assert full.convergence.converged
+    assert_resumed_bitwise(full, part, rest)
 
 
 def test_a_jax_whose_compile_options_refuse_the_wrapper_gets_its_own_back(monkeypatch):
@@ -184,3 +178,25 @@ def test_a_jax_whose_compile_options_refuse_the_wrapper_gets_its_own_back(monkey
     assert any(THRESHOLD in entries for entries in calls)  # the check compilation ran, and failed
     assert compiler.get_compile_options is original
     assert extra_options({THRESHOLD: "1"}) == {}
+
+
+def test_the_resume_check_fails_on_a_changed_bit():
+    from types import SimpleNamespace
+
+    def run(params, elbo, iterations):
+        convergence = SimpleNamespace(num_iterations=iterations)
+        return SimpleNamespace(
+            params=params, trace=SimpleNamespace(elbo=np.asarray(elbo)), convergence=convergence
+        )
+
+    full = run({"a": np.float32([1.0, 2.0])}, [1.0, 2.0, 3.0], 3)
+    part = run({"a": np.float32([0.0, 0.0])}, [1.0], 1)
+    assert_resumed_bitwise(full, part, run({"a": np.float32([1.0, 2.0])}, [2.0, 3.0], 3))
+    off_by_a_bit = np.nextafter(np.float32(2.0), np.float32(3.0))
+    for rest in (
+        run({"a": np.float32([1.0, off_by_a_bit])}, [2.0, 3.0], 3),
+        run({"a": np.float32([1.0, 2.0])}, [2.0, 3.5], 3),
+        run({"a": np.float32([1.0, 2.0])}, [2.0, 3.0], 4),
+    ):
+        with pytest.raises(AssertionError):
+            assert_resumed_bitwise(full, part, rest)
