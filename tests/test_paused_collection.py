@@ -135,3 +135,31 @@ def test_from_numpyro_reads_the_model_with_the_collector_paused():
     from_numpyro(model, jnp.array([0.5, 1.5, 1.0]))
     assert seen and not any(seen)
     assert gc.isenabled()
+
+
+def test_a_fit_stopped_while_its_hessian_compiles_returns_with_the_collector_on():
+    """The coupling's Hessian is traced on a thread of its own, which may outlive a fit
+    stopped early: that thread does not pause the collector, so the caller gets it back on
+    (it was left off until the thread ended, seventy-fifth session)."""
+    from test_coupling import _ridge
+
+    from grepvi import Normal
+    from grepvi.inference import paused_collection as module
+
+    seen_alive = []
+
+    def stop_when_preparing(event):
+        alive = any(thread.name == "grepvi-hessian" and thread.is_alive() for thread in threading.enumerate())
+        seen_alive.append(alive)
+        return alive
+
+    grepvi.fit(
+        _ridge, {"ab": Normal(shape=(2,))}, progress=False, num_steps=8000, callback=stop_when_preparing
+    )
+    if not any(seen_alive):
+        pytest.skip("the Hessian's thread ended before a window did: nothing to check")
+    assert gc.isenabled() and module._depth == 0
+    for thread in threading.enumerate():  # the Hessian's thread ends on its own
+        if thread.name == "grepvi-hessian":
+            thread.join(timeout=120)
+    assert gc.isenabled()

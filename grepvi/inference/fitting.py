@@ -623,9 +623,9 @@ def location_coupler(target, data, params: dict | None = None):
     def prepare(params):
         if failed:
             return
-        try:
-            with paused_collection():  # traced and lowered on this thread
-                jax.block_until_ready(hessian(params, data))  # compiled into the jit's own cache
+        try:  # the collector not paused here: a fit may return while this thread still runs,
+            # and the user's process must not go on with it off (paused_collection is global)
+            jax.block_until_ready(hessian(params, data))  # compiled into the jit's own cache
         except Exception as error:  # noqa: BLE001 - as a failing first call: the run goes on uncoupled
             failed.append(error)
 

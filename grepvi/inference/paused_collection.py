@@ -17,8 +17,10 @@ enables it again when the outermost block ends (only if it was enabled when that
 a process that turned it off keeps it off). Nothing is freed later than it would be by the
 next collection after the block: the objects that die inside are mostly freed by reference
 counting as they die; the cycles among them wait for the first collection after it. Blocks
-may nest and may run on several threads at once (a Hessian traced on its own thread while
-the main thread lowers the window): a count under a lock, not a flag per block.
+may nest and may run on several threads at once: a count under a lock, not a flag per
+block. The library pauses it only on the thread that returns the fit: the coupling's Hessian,
+traced on a thread of its own, may outlive a fit stopped early (seventy-fifth session: such
+a thread, paused, left the collector off after `fit` returned).
 
 A process of its own could instead ``gc.freeze()`` the heap after its imports (every object
 moved to a generation that is never collected); a library cannot do that to its user's
