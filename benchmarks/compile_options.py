@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from grepvi.inference.xla_extra_options import extra_options  # noqa: E402
 
+_SMALL = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
 OPTION_SETS = {
     "default": {},
     "legacy-emitters": {"xla_cpu_use_fusion_emitters": False},
@@ -70,6 +71,33 @@ OPTION_SETS = {
         "xla_cpu_use_fusion_emitters": False,
         "xla_backend_optimization_level": 2,
         **extra_options({"xla_cpu_small_while_loop_byte_threshold": "3000000"}),
+    },
+    # seventy-sixth session (docs/performance.md): LLVM's own command-line options, per
+    # compilation (extra-option keys without the xla_ prefix are handed to LLVM; an unknown
+    # one ends the process), and XLA's CPU options that live in the extra options
+    "small-fast-isel": {**_SMALL, **extra_options({"-fast-isel": "true"})},
+    "small-regalloc-fast": {**_SMALL, **extra_options({"-regalloc": "fast"})},
+    "small-no-sched": {
+        **_SMALL,
+        **extra_options({"-enable-misched": "false", "-enable-post-misched": "false"}),
+    },
+    "small-no-unroll": {**_SMALL, **extra_options({"-unroll-threshold": "0"})},
+    "small-xla-no-unroll": {**_SMALL, **extra_options({"xla_cpu_disable_loop_unrolling": "true"})},
+    "small-xla-no-slp": {**_SMALL, **extra_options({"xla_cpu_disable_slp_vectorizer": "true"})},
+    "small-xla-size": {**_SMALL, **extra_options({"xla_cpu_optimize_for_size": "true"})},
+    "small-multi-output": {**_SMALL, **extra_options({"xla_cpu_use_multi_output_fusion": "true"})},
+    "small-flatten": {**_SMALL, **extra_options({"xla_cpu_flatten_after_fusion": "true"})},
+    "small-fold-constants": {**_SMALL, **extra_options({"xla_cpu_fold_all_constants": "true"})},
+    "small-sse4": {**_SMALL, "xla_cpu_max_isa": "SSE4_2"},
+    # the whole window one kernel (with XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= so
+    # that no dot is a YNNPACK fusion), LLVM at -O0, -O1, -O2
+    **{
+        f"whole-O{level}": {
+            "xla_cpu_use_fusion_emitters": False,
+            "xla_backend_optimization_level": level,
+            **extra_options({"xla_cpu_small_while_loop_byte_threshold": "1000000000"}),
+        }
+        for level in (0, 1, 2)
     },
 }
 
