@@ -13,6 +13,13 @@ run repeatedly; the table gives compile wall/CPU seconds and the median run time
     python benchmarks/compile_options.py --programs window:gamma window:mendel def
     python benchmarks/compile_options.py --programs window:negative_binomial \
         window:hierarchical_logistic --options small small-fusion-emitters
+    python benchmarks/compile_options.py --programs window:pumps --options small small-xla-no-unroll
+
+The ``small-*`` sets of the seventy-sixth session set XLA's backend extra options (XLA's CPU
+switches, and LLVM's command-line flags for keys without the ``xla_`` prefix) through
+:mod:`grepvi.inference.xla_extra_options`; the ``whole-O*`` sets emit a small window as one
+kernel where ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`` keeps its dots out of
+YNNPACK (``docs/performance.md``).
 """
 
 import argparse
