@@ -15,6 +15,7 @@ from grepvi.families import Beta, Gamma, Normal
 from grepvi.inference.state import make_target
 from grepvi.optim import coupling
 from grepvi.optim.natural_gradient import natural_gradient
+from grepvi.testing import assert_resumed_bitwise
 
 # A two-intercept ridge: y_i ~ N(a + b, 1), a, b ~ N(0, 10^2). The data fix a + b; a - b only
 # the prior: the Hessian's correlation has an eigenvalue of about 1e-4.
@@ -216,11 +217,7 @@ def test_a_coupled_fit_resumed_is_bitwise_the_uninterrupted_one():
     part = grepvi.fit(_ridge, {"ab": Normal(shape=(2,))}, callback=stop_late, **kwargs)
     assert part.convergence.reason == "interrupted" and part.convergence.coupled
     rest = grepvi.fit(_ridge, {"ab": Normal(shape=(2,))}, resume=part.run_state, **kwargs)
-    for x, y in zip(
-        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
-    ):
-        np.testing.assert_array_equal(x, y)
-    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
+    assert_resumed_bitwise(full, part, rest)
 
 
 @jax.custom_vjp
@@ -303,11 +300,7 @@ def test_a_fit_stopped_after_the_natural_rules_fall_resumes_bitwise():
     assert part.convergence.reason == "interrupted"
     rest = grepvi.fit(_soft_sum_to_zero, families, progress=False, resume=part.run_state)
     assert rest.convergence.converged and rest.convergence.coupled
-    for x, y in zip(
-        jax.tree_util.tree_leaves(rest.params), jax.tree_util.tree_leaves(full.params), strict=True
-    ):
-        np.testing.assert_array_equal(x, y)
-    np.testing.assert_array_equal(np.concatenate([part.trace.elbo, rest.trace.elbo]), full.trace.elbo)
+    assert_resumed_bitwise(full, part, rest)
 
 
 # A regression on the raw calendar year, as users write it: y_i ~ N(a + b year_i, 0.5^2),
