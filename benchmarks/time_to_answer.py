@@ -32,7 +32,11 @@ compilation included, no cache shared), one after another::
 ``--same-process`` runs a model's contenders one after another in one process (in the order
 of ``--contenders``), as a user comparing them in one script does: a later contender finds
 JAX's backend up and NumPyro's eager operations compiled (``process`` is then the time since
-the process started, cumulative).
+the process started, cumulative). With ``--fresh-caches`` too, JAX's in-memory caches
+(``jax.clear_caches()``: the jitted functions' and the eager operations' compiled programs)
+are emptied before each contender: the same process, each contender starting as in a process
+of its own (seventy-seventh session: Mendel's SVI 1.18-1.51 s after NUTS, 4.80-5.28 s run
+first or after the caches are emptied; grepvi 2.14-2.28 s in any order, its programs its own).
 
 Contenders (the models are :mod:`textbook_models`: from the literature, and simulated):
 
@@ -95,9 +99,10 @@ EXTRA_CONTENDERS = (
 ELBO_DRAWS = 20_000
 
 
-def _worker(contenders: str, model_name: str, out: str, seed: int) -> None:
+def _worker(contenders: str, model_name: str, out: str, seed: int, fresh_caches: bool = False) -> None:
     """Runs the contenders (comma-separated) one after another in this process, then scores
-    each answer (after every clock has stopped: the scoring turns on float64)."""
+    each answer (after every clock has stopped: the scoring turns on float64).
+    ``fresh_caches``: JAX's in-memory caches emptied before each contender."""
     start_process = float(os.environ.get("TIME_TO_ANSWER_T0", time.time()))
     import jax
 
@@ -107,6 +112,8 @@ def _worker(contenders: str, model_name: str, out: str, seed: int) -> None:
     entry = ALL_MODELS[model_name]
     fitted = []
     for contender in contenders.split(","):
+        if fresh_caches:  # before the clock: the next contender compiles what it runs
+            jax.clear_caches()
         try:
             record, answer = _fit(contender, entry, model_name, seed)
         except Exception as error:  # noqa: BLE001 - one contender's failure, not the others'
@@ -420,7 +427,7 @@ WORKER_TIMEOUT = 600
 WORKER_ATTEMPTS = 2
 
 
-def _run(contender, model, seed):
+def _run(contender, model, seed, fresh_caches=False):
     """One subprocess for ``contender`` (or several, comma-separated: one process, run in
     that order); its records (a list for several)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -432,6 +439,8 @@ def _run(contender, model, seed):
             "GREPVI_COMPILATION_CACHE": str(Path(folder) / "jax-cache"),
         }
         command = [sys.executable, __file__, "--worker", contender, model, str(out), "--seed", str(seed)]
+        if fresh_caches:
+            command.append("--fresh-caches")
         for attempt in range(WORKER_ATTEMPTS):
             try:
                 completed = subprocess.run(
@@ -514,9 +523,14 @@ def main(argv=None):
         action="store_true",
         help="every contender of a model in one process, in the order of --contenders",
     )
+    parser.add_argument(
+        "--fresh-caches",
+        action="store_true",
+        help="with --same-process: JAX's in-memory caches emptied before each contender",
+    )
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(*args.worker, seed=args.seed)
+        _worker(*args.worker, seed=args.seed, fresh_caches=args.fresh_caches)
         return
     if args.models is None:
         chosen = [flag for flag in MODEL_SETS if getattr(args, flag.replace("-", "_"))]
@@ -529,7 +543,7 @@ def main(argv=None):
     records = []
     for model in args.models:
         if args.same_process:  # one process, the contenders one after another in the order given
-            together = _run(",".join(args.contenders), model, args.seed)
+            together = _run(",".join(args.contenders), model, args.seed, args.fresh_caches)
             if isinstance(together, dict):  # one contender: its record alone
                 together = [together]
             results = {record["contender"]: record for record in together}
