@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["bits", "fused", "unrolled_lowering"]
+__all__ = ["bits", "fused", "seed_key", "seed_key_data", "unrolled_lowering"]
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -59,6 +59,35 @@ def fused(rng_key) -> bool:
     return (
         rng_key.dtype == jnp.uint32
         and rng_key.shape[-1:] == (2,)
+        and jax.config.jax_default_prng_impl == "threefry2x32"
+    )
+
+
+def seed_key_data(seed: int) -> np.ndarray:
+    """``jax.random.PRNGKey(seed)`` (the raw ``uint32[2]`` Threefry key) built in NumPy.
+
+    JAX seeds a Threefry key with a compiled program (``_threefry_seed``, and ``stage`` for the
+    integer): 25-45 ms of XLA compilation in a fresh process, on the path of every fit. A seed
+    in ``[0, 2**32)`` gives the key ``(0, seed)`` (the seed's high and low 32-bit words) with or
+    without ``jax_enable_x64``; any other seed, or another default PRNG, is seeded by JAX."""
+    if _seeded_in_numpy(seed):
+        return np.array([0, int(seed)], np.uint32)
+    return np.asarray(jax.random.PRNGKey(seed))
+
+
+def seed_key(seed: int) -> jax.Array:
+    """``jax.random.key(seed)`` (a typed Threefry key) without a compilation
+    (:func:`seed_key_data`)."""
+    if _seeded_in_numpy(seed):
+        return jax.random.wrap_key_data(seed_key_data(seed), impl="threefry2x32")
+    return jax.random.key(seed)
+
+
+def _seeded_in_numpy(seed) -> bool:
+    return (
+        isinstance(seed, int | np.integer)
+        and not isinstance(seed, bool | np.bool_)
+        and 0 <= int(seed) < 2**32
         and jax.config.jax_default_prng_impl == "threefry2x32"
     )
 

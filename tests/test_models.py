@@ -626,3 +626,10 @@ def test_olivetti_size_grep_step_compiles_and_runs():
     new_state, info = run(new_state, model.data)
     assert np.isfinite(float(info.elbo)) and bool(info.finite)
     assert not np.allclose(new_state.params["W0"]["mean"], state.params["W0"]["mean"])
+
+
+def test_the_models_start_concentration_is_jaxs_float32_softplus():
+    """Computed in NumPy at import (JAX's softplus compiled a program there), the same float."""
+    from grepvi.models.sparse_gamma_def import INIT_CONCENTRATION
+
+    assert INIT_CONCENTRATION == float(jax.nn.softplus(jnp.float32(0.5)))

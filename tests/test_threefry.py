@@ -63,3 +63,37 @@ def test_a_large_hash_keeps_the_rolled_loop():
         small = jax.jit(lambda key: jax.random.bits(key, (size - 1,))).lower(key)
     if jax.default_backend() == "cpu":
         assert _hlo_whiles(large) == 1 and _hlo_whiles(small) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**31 - 1, 2**31, 2**32 - 1, np.int64(12345), np.uint32(9)])
+def test_seed_keys_built_in_numpy_are_jaxs(seed):
+    """The same key data and random numbers as ``jax.random.key`` / ``PRNGKey``."""
+    np.testing.assert_array_equal(threefry.seed_key_data(seed), np.asarray(jax.random.PRNGKey(seed)))
+    key = threefry.seed_key(seed)
+    expected = jax.random.key(seed)
+    np.testing.assert_array_equal(jax.random.key_data(key), jax.random.key_data(expected))
+    assert str(jax.random.key_impl(key)) == str(jax.random.key_impl(expected))
+    np.testing.assert_array_equal(jax.random.uniform(key, (4,)), jax.random.uniform(expected, (4,)))
+
+
+def test_seed_keys_outside_the_numpy_range_are_seeded_by_jax():
+    """A negative seed (JAX takes it; grepvi's validation does not) and a bool go to JAX."""
+    np.testing.assert_array_equal(threefry.seed_key_data(-3), np.asarray(jax.random.PRNGKey(-3)))
+    np.testing.assert_array_equal(
+        jax.random.key_data(threefry.seed_key(-3)), jax.random.key_data(jax.random.key(-3))
+    )
+    assert not threefry._seeded_in_numpy(True)
+
+
+def test_seed_keys_do_not_run_jaxs_seeding(monkeypatch):
+    """JAX's seeding compiles a program the first time in a process; the NumPy path never calls it."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("JAX's seeding was called")
+
+    key = threefry.seed_key(20261208)
+    monkeypatch.setattr(jax.random, "key", refused)
+    monkeypatch.setattr(jax.random, "PRNGKey", refused)
+    assert np.asarray(jax.random.key_data(threefry.seed_key(20261208))).tolist() == [0, 20261208]
+    assert threefry.seed_key_data(5).tolist() == [0, 5]
+    assert key.dtype == threefry.seed_key(1).dtype

@@ -55,6 +55,7 @@ from grepvi.optim import coupling
 from grepvi.optim.advi import advi_stepsize
 from grepvi.optim.natural_gradient import fisher_mean_quad
 from grepvi.target import Target, bind_data, latent_names
+from grepvi.threefry import seed_key
 
 __all__ = [
     "FitResult",
@@ -422,7 +423,7 @@ def setup(
     settings = settings.validated()
     if settings.max_draws is None and batch_size is None:  # a minibatch draw sees B of N rows
         settings = settings._replace(max_draws=controller.default_max_draws(settings.tolerance))
-    key = jax.random.key(seed) if rng_key is None else rng_key
+    key = seed_key(seed) if rng_key is None else rng_key
     if fixed:
         optimizer = _resolve_optimizer(optimizer, step_size)
         candidates = ()

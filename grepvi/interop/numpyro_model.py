@@ -74,6 +74,7 @@ from grepvi.inference.paused_collection import paused_collection
 from grepvi.interop.enumeration import ENUMERATED_FACTOR, conditional_draws, discrete_sites, marginalized
 from grepvi.models.factors import Factor, LogJoint, log_joint
 from grepvi.target import Target
+from grepvi.threefry import seed_key_data
 
 __all__ = [
     "NumPyroModel",
@@ -195,7 +196,7 @@ class NumPyroModel(NamedTuple):
         if self.deterministic_fn is not None:
             values.update(jax.jit(jax.vmap(lambda z: self.deterministic_fn(z, self.data)))(draws))
         if self.conditional_fn is not None:  # a key stream of its own beside q's draws
-            keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), num_draws)
+            keys = jax.random.split(jax.random.fold_in(seed_key_data(seed), 1), num_draws)
             values.update(jax.jit(jax.vmap(lambda z, k: self.conditional_fn(z, self.data, k)))(draws, keys))
         return {name: np.asarray(value) for name, value in values.items()}
 
@@ -1304,7 +1305,7 @@ def concrete_traces(trace_model: Callable, data, seeds: Sequence[int]) -> list[t
     program = jax.jit(staged_program(staged), compiler_options=once_compiler_options())
     results = []
     for index, seed in enumerate(seeds):
-        key = jax.random.PRNGKey(seed)
+        key = seed_key_data(seed)
         try:
             if index:  # the model traced again (a model whose sites change shows it), not compiled
                 again = {}
@@ -1579,7 +1580,7 @@ def _eager_trace(trace_model, data, seed):
         site["support"] = _site_support(site["fn"])
         log_probs[name] = _site_log_prob(site)
         if _ordered(site):
-            site["prior_median"] = _prior_median(site, jax.random.PRNGKey(seed))
+            site["prior_median"] = _prior_median(site, seed_key_data(seed))
         if name in centres:
             site["prior_center"] = np.asarray(centres[name])
     return trace, log_probs
