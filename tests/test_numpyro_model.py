@@ -230,6 +230,37 @@ def test_the_data_are_an_argument_of_the_programs():
     )
 
 
+def test_the_first_trace_reads_jax_arrays_as_numpy_and_the_fit_is_the_same():
+    """NumPyro checks a distribution's arguments on concrete data in the model's first trace;
+    on JAX arrays each check compiled a program of its own in a fresh process. The trace reads
+    them as NumPy arrays; the data of the fit, and the fit, are as given."""
+    from grepvi.interop import numpyro_model
+
+    seen = []
+
+    def model(counts, sizes):
+        seen.append((type(counts), type(sizes)))
+        p = numpyro.sample("p", dist.Beta(1.0, 1.0))
+        with numpyro.plate("rows", counts.shape[0]):
+            numpyro.sample("y", dist.Binomial(sizes, probs=p), obs=counts)
+
+    counts, sizes = np.array([3, 5, 2, 7], np.int32), np.array([10, 12, 9, 14], np.int32)
+    trace = numpyro_model._user_trace(model, (jnp.asarray(counts), jnp.asarray(sizes)), {})
+    assert seen[0] == (np.ndarray, np.ndarray)
+    assert tuple(trace["y"]["fn"].total_count.shape) == (4,)
+    fits = [
+        from_numpyro(model, *data).fit(progress=False)
+        for data in ((counts, sizes), (jnp.asarray(counts), jnp.asarray(sizes)))
+    ]
+    for found, expected in zip(
+        jax.tree_util.tree_leaves(fits[1].params), jax.tree_util.tree_leaves(fits[0].params), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(found), np.asarray(expected))
+    tracer_kept = []
+    jax.jit(lambda x: tracer_kept.append(numpyro_model._on_host(x)) or x)(jnp.ones(3))
+    assert isinstance(tracer_kept[0], jax.core.Tracer)
+
+
 # --- ArviZ ---------------------------------------------------------------------------------------
 
 
