@@ -63,16 +63,17 @@ def fused(rng_key) -> bool:
     )
 
 
-def seed_key_data(seed: int) -> np.ndarray:
+def seed_key_data(seed: int) -> np.ndarray | jax.Array:
     """``jax.random.PRNGKey(seed)`` (the raw ``uint32[2]`` Threefry key) built in NumPy.
 
     JAX seeds a Threefry key with a compiled program (``_threefry_seed``, and ``stage`` for the
     integer): 25-45 ms of XLA compilation in a fresh process, on the path of every fit. A seed
     in ``[0, 2**32)`` gives the key ``(0, seed)`` (the seed's high and low 32-bit words) with or
-    without ``jax_enable_x64``; any other seed, or another default PRNG, is seeded by JAX."""
+    without ``jax_enable_x64``; any other seed, or another default PRNG, is seeded by JAX (its
+    array as JAX returns it: inside a trace, a traced key)."""
     if _seeded_in_numpy(seed):
         return np.array([0, int(seed)], np.uint32)
-    return np.asarray(jax.random.PRNGKey(seed))
+    return jax.random.PRNGKey(seed)
 
 
 def seed_key(seed: int) -> jax.Array:

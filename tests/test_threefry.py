@@ -83,6 +83,8 @@ def test_seed_keys_outside_the_numpy_range_are_seeded_by_jax():
         jax.random.key_data(threefry.seed_key(-3)), jax.random.key_data(jax.random.key(-3))
     )
     assert not threefry._seeded_in_numpy(True)
+    # JAX's seeding inside a trace (the adapter's model traces take a seed): a traced key, no error
+    np.testing.assert_array_equal(jax.jit(lambda: threefry.seed_key_data(-3))(), jax.random.PRNGKey(-3))
 
 
 def test_seed_keys_do_not_run_jaxs_seeding(monkeypatch):

@@ -1046,7 +1046,7 @@ def from_numpyro(model: Callable, *args, families: dict | None = None, **kwargs)
     def trace_model(latents, data, seed=0, substitute_fn=None):
         call_args, call_kwargs = rebuild(data)
         if isinstance(seed, int):  # a raw uint32 key, not int64 where traced under enable_x64
-            seed = np.array([0, seed], np.uint32)
+            seed = seed_key_data(seed)
         if latents and moving.intersection(latents):
             # a moving site's value from its u on the support its distribution has in this run
             substituted = handlers.seed(
